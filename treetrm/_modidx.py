@@ -21,4 +21,7 @@ d = { 'settings': { 'branch': 'main',
                               'treetrm.core.sha256_json': ('core.html#sha256_json', 'treetrm/core.py'),
                               'treetrm.core.sha256_text': ('core.html#sha256_text', 'treetrm/core.py'),
                               'treetrm.core.stable_seed': ('core.html#stable_seed', 'treetrm/core.py'),
-                              'treetrm.core.where': ('core.html#where', 'treetrm/core.py')}}}
+                              'treetrm.core.where': ('core.html#where', 'treetrm/core.py')},
+            'treetrm.llm': { 'treetrm.llm.LLMProvider': ('llm.html#llmprovider', 'treetrm/llm.py'),
+                             'treetrm.llm.LLMProvider.chat': ('llm.html#llmprovider.chat', 'treetrm/llm.py'),
+                             'treetrm.llm.LLMResponse': ('llm.html#llmresponse', 'treetrm/llm.py')}}}
