@@ -5,12 +5,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from treetrm.sim import make_providers
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from treetrm.core import ConfigError, DataError, TreeTrmError, project_root, read_json, sha256_file
 from treetrm.data import Question, load_questions
 from treetrm.log import HarnessLog
-from treetrm.split import (POOLS, build_split, check_split, has_pools, load_split, load_split_config, make_providers,
+from treetrm.split import (POOLS, build_split, check_split, has_pools, load_split, load_split_config,
                            pools_bytes, run_split)
 
 ROOT = project_root()
