@@ -35,9 +35,9 @@ from . import report
 __all__ = ['CURRENT_RUN', 'ACCEPTANCE_RULES', 'DEFAULT_SPLIT', 'TRAIN_ROLES', 'BASELINE_RUN', 'ACCEPTANCE', 'current_run_id',
            'CallRecorder', 'RecordedProvider', 'TrainConfig', 'train_config', 'apply_batch_correctness', 'guard_infra',
            'tick_cooldowns', 'should_stop_early', 'probation_pairs', 'rule_kinds', 'GateRequest', 'Acceptance',
-           'base_arm_run_id', 'Runner', 'gate_rule', 'greedy_rule', 'fixed_n_rule', 'gepa_rule', 'split_reserve',
-           'cap_ladder', 'role_usage', 'forecast_usage', 'dual_metric_rows', 'holdout_rows', 'confirmed_rule_counts',
-           'decision_tally', 'TrainResult']
+           'base_arm_run_id', 'rollout_run_id', 'Runner', 'gate_rule', 'greedy_rule', 'fixed_n_rule', 'gepa_rule',
+           'gepa_pool_rule', 'split_reserve', 'cap_ladder', 'role_usage', 'forecast_usage', 'dual_metric_rows',
+           'holdout_rows', 'confirmed_rule_counts', 'decision_tally', 'TrainResult']
 
 # %% ../nbs/17_runner.ipynb #c1d2c0f9
 CURRENT_RUN: contextvars.ContextVar = contextvars.ContextVar('treetrm_current_run', default=None)
@@ -77,8 +77,8 @@ class RecordedProvider:
                                   latency_s=time.monotonic() - t0, cost=call_cost(r.model or self.model, usage), **usage))
         return r
 
-# %% ../nbs/17_runner.ipynb #e2b2a1ab
-ACCEPTANCE_RULES = ('gate', 'gepa', 'greedy', 'fixed_n')
+# %% ../nbs/17_runner.ipynb #89516d41
+ACCEPTANCE_RULES = ('gate', 'gepa', 'greedy', 'fixed_n', 'gepa_pool')
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -100,6 +100,7 @@ class TrainConfig:
     infra_guard: float = 0.2 # a rollout with a larger INFRA share stops the run
     gate_guard_err: float = 0.2 # a gate round with a larger INFRA share aborts
     momentum: bool = True # slow momentum guidance at each epoch end
+    max_agent_calls: int|None = None # no new step once the training's agent calls reach this (None: no budget)
 
     def __post_init__(self):
         for k in ('epochs', 'cooldown_steps', 'probation_rounds', 'patience', 'max_steps'):
@@ -107,6 +108,8 @@ class TrainConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == 'cooldown_steps' else 1): raise ConfigError(where(f'{k} must be a whole number ≥ 1, got {v!r}', field=k))
         if not (isinstance(self.acceptance, str) and self.acceptance in ACCEPTANCE_RULES) and not callable(self.acceptance):
             raise ConfigError(where(f'acceptance must be one of {ACCEPTANCE_RULES} or a callable, got {self.acceptance!r}', field='acceptance'))
+        b = self.max_agent_calls
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1): raise ConfigError(where(f'max_agent_calls must be a whole number ≥ 1 or None, got {b!r}', field='max_agent_calls'))
 
     def to_dict(self) -> dict:
         "The settings as plain data (a callable acceptance rule by its name)."
@@ -210,10 +213,14 @@ class Acceptance:
     @property
     def accepted(self) -> bool: return self.decision.startswith('accept')
 
-# %% ../nbs/17_runner.ipynb #7a8dfc8a
+# %% ../nbs/17_runner.ipynb #ea16169f
 def base_arm_run_id(run_id:str, skills_version:str, prompts_version:str|None, task_type:str) -> str:
     "The run id of the base arm for one skills/prompts version and task type (carries the `_gate_` mark)."
     return f'{run_id}{GATE_RUN_MARK}base_{skills_version}_{prompts_version or "p0"}_{skill_slug(task_type)}'
+
+def rollout_run_id(run_id:str, gate_id:str) -> str:
+    "The run id of a step's rollout (the current skills on the step's batch)."
+    return f'{run_id}_{gate_id}_rollout'
 
 # %% ../nbs/17_runner.ipynb #7c87443d
 DEFAULT_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.1, report_floor=20, floor_k={}, val_ratio=0.75, val_wrong_min=10)
@@ -359,11 +366,12 @@ async def gate_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
                                             params=req.params, log=runner.log, gate_guard_err=runner.config.gate_guard_err, workspace=runner.workspace)
     return {t: Acceptance(t, o.decision, o.w, o.l, o.n_used, o.verdict.e_value, o.candidate_questions(), tuple(o.paired), o) for t, o in outs.items()}
 
-# %% ../nbs/17_runner.ipynb #b9e6ee1c
-async def _paired_runs(runner:Runner, req:GateRequest, units_of:dict, arm:str='cand') -> dict:
-    "task type -> [(unit, base UnitOutcome, candidate UnitOutcome)] over `units_of[task_type]`."
+# %% ../nbs/17_runner.ipynb #94099580
+async def _paired_runs(runner:Runner, req:GateRequest, units_of:dict, arm:str='cand', base_outcome:Callable|None=None) -> dict:
+    "task type -> [(unit, base UnitOutcome, candidate UnitOutcome)] over `units_of[task_type]`; `base_outcome(unit)` replaces the base arm's run."
     evaluate, sem = runner.unit_evaluator(req), asyncio.Semaphore(runner.concurrency)
     async def one(u, a, d):
+        if a == 'base' and base_outcome is not None: return base_outcome(u)
         async with sem: return await evaluate(u, a, d)
     with materialised_candidates(req.candidates, runner.skills.path(req.base_version), candidates_root(runner.workspace, f'{req.gate_id}_{arm}')) as dirs:
         base_dir = runner.skills.path(req.base_version)
@@ -395,20 +403,28 @@ async def fixed_n_rule(runner:Runner, req:GateRequest, alpha:float=0.05) -> dict
     ok = lambda tr: float(mcnemar_exact_one_sided(*_counts(tr)[:2])) <= alpha
     return {t: _acceptance(t, 'accept_confirmed' if ok(tr) else 'reject_inertia', tr) for t, tr in runs.items()}
 
-# %% ../nbs/17_runner.ipynb #68382a74
-async def gepa_rule(runner:Runner, req:GateRequest, minibatch:int=3) -> dict[str, Acceptance]:
+# %% ../nbs/17_runner.ipynb #bf06496a
+async def gepa_rule(runner:Runner, req:GateRequest, minibatch:int=3,
+                    veto_lower:bool=True # reject a survivor whose full validation pass is lower than the base's
+                   ) -> dict[str, Acceptance]:
     "GEPA: strict improvement on a 3-question minibatch, then a full validation pass that must not be lower."
     mini = {t: build_units([q for q in req.batch if q.task_type == t][:minibatch]) for t in req.candidates}
-    runs = await _paired_runs(runner, req, mini, arm='mini')
-    better = lambda tr: sum(c.correct for _, _, c in tr) > sum(req.rollout.get(q, False) for u, _, _ in tr for q in u.question_ids)
+    rollout = runner.log.predictions(rollout_run_id(req.run_id, req.gate_id))
+    from_rollout = lambda u: unit_outcome_from_predictions(u, rollout.filter(pl.col('question_id').is_in(list(u.question_ids))))
+    runs = await _paired_runs(runner, req, mini, arm='mini', base_outcome=from_rollout)
+    better = lambda tr: sum(c.correct for _, _, c in tr) > sum(b.correct for _, b, _ in tr)
     passed = [t for t in req.candidates if better(runs[t])]
     out = {t: _acceptance(t, 'reject_minibatch', runs[t]) for t in req.candidates if t not in passed}
     if passed:
         full = await _paired_runs(runner, replace(req, candidates={t: req.candidates[t] for t in passed}), {t: _ladders_of(req)[t] for t in passed})
-        out |= {t: _acceptance(t, 'accept_confirmed' if _counts(tr)[4] >= _counts(tr)[3] else 'reject_inertia', tr) for t, tr in full.items()}
+        out |= {t: _acceptance(t, 'accept_confirmed' if not veto_lower or _counts(tr)[4] >= _counts(tr)[3] else 'reject_inertia', tr) for t, tr in full.items()}
     return dict(sorted(out.items()))
 
-ACCEPTANCE = {'gate': gate_rule, 'gepa': gepa_rule, 'greedy': greedy_rule, 'fixed_n': fixed_n_rule}
+async def gepa_pool_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
+    "GEPA as written: strict improvement on a 3-question minibatch; the full validation pass scores, never vetoes."
+    return await gepa_rule(runner, req, veto_lower=False)
+
+ACCEPTANCE = {'gate': gate_rule, 'gepa': gepa_rule, 'greedy': greedy_rule, 'fixed_n': fixed_n_rule, 'gepa_pool': gepa_pool_rule}
 
 # %% ../nbs/17_runner.ipynb #201537cb
 @dataclass
@@ -546,7 +562,7 @@ def forecast_usage(*, agent_per_question:dict, # {calls, tokens, cost} per answe
     return {'agent': scale(agent_per_question, questions), 'judge': scale(judge_per_call, judge_calls),
             'evolver': scale(judge_per_call, evolver_calls)}
 
-# %% ../nbs/17_runner.ipynb #22dfcad0
+# %% ../nbs/17_runner.ipynb #12243767
 @patch
 def forecast(self:Runner, r:_TrainRun, s:TrainState, measured_run:str=BASELINE_RUN) -> dict:
     "Forecast calls, tokens and cost per role of the configured run, with its assumptions."
@@ -574,6 +590,17 @@ def run_calls(self:Runner, rid:str) -> pl.DataFrame:
     "Every llm_calls row of a training run (its rollouts, gates, validation runs, momentum and final test)."
     pat = '^' + ''.join('\\' + c if not c.isalnum() else c for c in rid) + '(_e[0-9]|_gate_|_final_test|_init)'
     return self.log.frame('llm_calls').filter(pl.col('run_id').str.contains(pat))
+
+def _glob_literal(text:str) -> str:
+    "`text` with SQLite GLOB's special characters made literal."
+    return ''.join(f'[{c}]' if c in '*?[' else c for c in text)
+
+@patch
+def training_agent_calls(self:Runner, rid:str) -> int:
+    "Agent calls a training run has made so far: rollouts, gates, validation runs, an init run — not the final test."
+    g = _glob_literal(rid)
+    sql = "SELECT count(*) FROM llm_calls WHERE role = 'agent' AND (run_id GLOB ? OR run_id GLOB ? OR run_id = ?)"
+    return int(self.log.query(sql, (f'{g}_e[0-9]*', f'{g}{GATE_RUN_MARK}*', f'{rid}_init')).item())
 
 @patch
 def _run_ids(self:Runner, rid:str) -> list[str]:
@@ -666,12 +693,12 @@ def _accept_provisional(self:Runner, r:_TrainRun, s:TrainState, gate_id:str, p, 
     d = _decision(s, gate_id, p.task_type, 'gate', acc.decision, version=v, **info)
     return replace(s, skills_current=v, correctness=s.correctness | acc.candidate_correct, probations=s.probations + (pb,), decisions=s.decisions + (d,))
 
-# %% ../nbs/17_runner.ipynb #b47f97e8
+# %% ../nbs/17_runner.ipynb #16d1496c
 @patch
 async def _step(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     "One mini-batch step; returns the state after all its side effects."
     gate_id = f'e{s.epoch}s{s.step + 1}'
-    batch, roll = [self.by_id[q] for q in s.batches[s.step]], f'{r.rid}_{gate_id}_rollout'
+    batch, roll = [self.by_id[q] for q in s.batches[s.step]], rollout_run_id(r.rid, gate_id)
     ids = [q.question_id for q in batch]
     await self._infer(batch, roll, s.skills_current, kind='rollout', prompts_version=s.prompts_version, progress=False)
     preds = self.log.predictions(roll).filter(pl.col('question_id').is_in(ids))
@@ -753,12 +780,17 @@ async def _momentum(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     set_prompts(self.workspace, pv, r.rid, event='momentum')
     return replace(s, prompts_version=pv, decisions=s.decisions + (d | dict(version=pv),))
 
-# %% ../nbs/17_runner.ipynb #4057f291
+# %% ../nbs/17_runner.ipynb #09a9f0d4
 def _rollout_accuracy(log:HarnessLog, rid:str, s:TrainState) -> float|None:
     "Accuracy over this epoch's rollouts."
     runs = [f'{rid}_e{s.epoch}s{k + 1}_rollout' for k in range(len(s.batches))]
     p = pl.concat([log.predictions(x) for x in runs]) if runs else pl.DataFrame()
     return float(p['correct'].fill_null(False).mean()) if p.height else None
+
+@patch
+def _budget_spent(self:Runner, r:_TrainRun) -> bool:
+    "Whether the run's agent calls have reached `max_agent_calls`."
+    return r.config.max_agent_calls is not None and self.training_agent_calls(r.rid) >= r.config.max_agent_calls
 
 @patch
 async def _slow_update(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
@@ -782,7 +814,9 @@ async def _slow_update(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
                best_accuracy=s.best_accuracy, skills_version=s.skills_current, best_version=s.skills_best, steps=len(s.batches), validation_run=R, previous_run=prev)
     s = replace(s, phat=phat, epochs=s.epochs + (row,))
     r.event('epoch_done', epoch=s.epoch)
-    if s.epoch >= r.config.epochs or should_stop_early(s.epochs_without_best, r.config.patience):
+    if spent := self._budget_spent(r):
+        s = replace(s, decisions=s.decisions + (_decision(s, f'e{s.epoch}', None, 'budget', 'spent', agent_calls=self.training_agent_calls(r.rid)),))
+    if spent or s.epoch >= r.config.epochs or should_stop_early(s.epochs_without_best, r.config.patience):
         return replace(s, phase='final', stopped_early=s.epoch < r.config.epochs)
     return self._start_epoch(r, s, s.epoch + 1)
 
@@ -880,7 +914,7 @@ def final_report(self:Runner, result) -> dict:
                               cost_runs=self._run_ids(rid))
     return rep | {'forecast_vs_actual': self.forecast_table(m['forecast'], rid), 'decision_log': _decisions_frame(result.state.decisions)}
 
-# %% ../nbs/17_runner.ipynb #31c6c182
+# %% ../nbs/17_runner.ipynb #fbe9178e
 @dataclass(frozen=True)
 class TrainResult:
     "What `train` returns."
@@ -893,8 +927,8 @@ class TrainResult:
 
 @patch
 async def _advance(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
-    "Do the next unit of work: a step, the epoch-end update, or the final test."
-    if s.phase == 'steps' and s.step < len(s.batches):
+    "Do the next unit of work: a step (while the budget lasts), the epoch-end update, or the final test."
+    if s.phase == 'steps' and s.step < len(s.batches) and not self._budget_spent(r):
         s = await self._step(r, s)
         if r.show: self._report_step(r, s, f'e{s.epoch}s{s.step}')
         return s
@@ -912,7 +946,7 @@ def _save(self:Runner, r:_TrainRun, s:TrainState):
 @patch
 async def train(self:Runner, run_id:str='v1', # the training run; the same id resumes it
                 *, epochs:int|None=None, # overrides config.epochs
-                acceptance=None, # overrides config.acceptance: 'gate', 'gepa', 'greedy', 'fixed_n' or a rule callable
+                acceptance=None, # overrides config.acceptance: one of ACCEPTANCE_RULES or a rule callable
                 start:str='seed', # the skills version to start from
                 fresh:bool=False, # archive an existing run of this id and start again
                 show:bool=False, # display step, epoch and final reports inline
