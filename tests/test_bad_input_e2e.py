@@ -111,16 +111,12 @@ def test_bad_role_environment(case, tmp_path):
     with pytest.raises(ConfigError, match='unknown backend'): make_providers('vllm')
     with pytest.raises(ConfigError, match='unknown role'): load_role_config('critic', env=env)
 
-RUNNER_WRITES_FIRST = pytest.mark.xfail(strict=True, reason='runner bug: Runner.__init__ initialises the workspace (manifest, skills/v1, '
-                                        'prompts, harness.db) before it builds the providers, so an unknown backend or a bad concurrency '
-                                        'is reported only after the workspace was written')
 RUNNER_CONFIGS = {'unknown setting': (dict(config={'epochz': 2}), 'epochz'), 'zero epochs': (dict(config={'epochs': 0}), 'epochs'),
                   'unknown acceptance': (dict(config={'acceptance': 'vibes'}), 'acceptance'),
                   'unknown backend': (dict(backend='vllm'), 'unknown backend'),
                   'negative concurrency': (dict(concurrency=-1), 'concurrency')}
 
-@pytest.mark.parametrize('case', [pytest.param(c, marks=RUNNER_WRITES_FIRST) if c in ('unknown backend', 'negative concurrency') else c
-                                  for c in RUNNER_CONFIGS])
+@pytest.mark.parametrize('case', list(RUNNER_CONFIGS))
 def test_bad_runner_settings(case, world, workspace):
     kw, sub = RUNNER_CONFIGS[case]
     before = snapshot(workspace)

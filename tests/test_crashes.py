@@ -158,9 +158,6 @@ def test_resumed_state_matches_uninterrupted_run(crashed, reference):
     assert not diffs, '\n'.join(diffs[:30])
     assert sorted(p.name for p in (ws/'skills').iterdir()) == sorted(p.name for p in (ref/'skills').iterdir())  # no version made twice
 
-@pytest.mark.xfail(strict=True, reason='runner bug: CallRecorder keeps llm_calls rows in memory until a phase ends, so a kill loses '
-                   'the telemetry of calls whose results are already persisted; the forecast and usage in checkpoint.json and '
-                   'metrics.json are computed from those rows and come out different after a crash')
 def test_telemetry_survives_kills(crashed, reference):
     ws, ref = crashed[0], reference[0]
     calls = lambda d: dict(sqlite3.connect(d/'harness.db').execute('SELECT role, count(*) FROM llm_calls GROUP BY role').fetchall())

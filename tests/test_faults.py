@@ -95,8 +95,10 @@ def test_inference_under_faults(rate, world, questions, clean, tmp_path):
     errors = traces.filter(pl.col('question_id').is_in(infra['question_id'].to_list()))['content'].map_elements(lambda c: json.loads(c)['error'], return_dtype=pl.String)
     assert all(e.startswith('InfraError') and 'LLM call failed' in e or 'circuit breaker' in e for e in errors), errors.to_list()
     assert res.infra_count == infra.height
-    # telemetry accounts for every HTTP request; one failed call per INFRA question (the agent stops at the first)
-    assert calls['attempt'].sum() == stats['requests']
+    # telemetry accounts for every HTTP request the server saw; an attempt can also die before the server counts it
+    # (a client timeout or refused connect on a loaded machine), so attempts may exceed, never fall short of, requests.
+    # One failed call per INFRA question (the agent stops at the first).
+    assert stats['requests'] <= calls['attempt'].sum() <= 1.1 * stats['requests']
     assert calls.filter(pl.col('status') != 'ok').height == infra.height
     assert not any(KEY in str(v) for v in calls.to_dicts())
     if rate == 0.6: assert infra.height >= len(questions) // 10  # p(call fails for good) ~ 8%, ~7 calls per question
@@ -133,7 +135,7 @@ def test_diagnosis_under_faults(rate, world, questions, clean, clean_diagnosis, 
     # every diagnosis that did come back is the clean one
     ok = both.filter(~pl.col('degraded'))
     for col in ('tier', 'error_type', 'evolution_target', 'infra'): assert (ok[col].eq_missing(ok[f'{col}_clean'])).all(), col
-    assert calls['attempt'].sum() == stats['requests'] and all(stats[k] > 0 for k in FAULT_KINDS if rate > 0.1)
+    assert stats['requests'] <= calls['attempt'].sum() <= 1.1 * stats['requests'] and all(stats[k] > 0 for k in FAULT_KINDS if rate > 0.1)
     print(f'\n[faults] diagnosis rate={rate}: wrong={wrong.height} degraded={failed.height} requests={stats["requests"]}')
 
 # ---------------------------------------------------------------- gate round
@@ -262,9 +264,6 @@ class Outage:
         if self.down: raise InfraError('LLM call failed after 5 attempt(s) [role=agent]. simulated outage')
         return await self.inner.chat(messages, **kw)
 
-@pytest.mark.xfail(strict=True, reason="runner bug: Runner._infer (rollouts and the gate's unit_evaluator) calls run_inference without "
-                   "retry_errors=True, so a resumed step re-reads the rollout's persisted 'error' records and the INFRA guard "
-                   "trips again forever, although the endpoint is healthy")
 def test_training_resumes_after_an_infra_abort(tmp_path):
     from treetrm.runner import Runner
     world = make_world(tmp_path/'world', seed=2, n_videos=8)
