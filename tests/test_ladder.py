@@ -67,20 +67,23 @@ def test_warm_ladder_keeps_exactly_the_eligible_units_within_bounds(w, seed):
     assert lad.dropped['above_p_high'] == sum(est[u] > 0.9 for u in elig)
     assert len(lad) + sum(lad.dropped.values()) == len(units)
 
+def warm_full_bounds(w, seed):
+    "The warm ladder of `w` with bounds [0, 1], or None when no eligible unit has history (the ladder would be cold)."
+    units, baseline, phat, exclude = w
+    if not any(u in phat for u in eligible(units, exclude)): return None
+    return build_ladder(units, phat, p_low=0, p_high=1, baseline=baseline, exclude=exclude, seed=seed, task_type=TT)
+
 @SETTINGS
 @given(world(), st.integers(0, 10**6))
 def test_warm_with_full_bounds_is_a_permutation(w, seed):
-    units, baseline, phat, exclude = w
-    if not any(u in phat for u in eligible(units, exclude)): return
-    lad = build_ladder(units, phat, p_low=0, p_high=1, baseline=baseline, exclude=exclude, seed=seed, task_type=TT)
+    if (lad := warm_full_bounds(w, seed)) is None: return
+    units, _, _, exclude = w
     assert sorted(lad.unit_ids) == sorted(eligible(units, exclude)) and len(set(lad.unit_ids)) == len(lad)
 
 @SETTINGS
 @given(world(), st.integers(0, 10**6))
 def test_warm_order_is_non_increasing_in_information(w, seed):
-    units, baseline, phat, exclude = w
-    if not any(u in phat for u in eligible(units, exclude)): return
-    lad = build_ladder(units, phat, p_low=0, p_high=1, baseline=baseline, exclude=exclude, seed=seed, task_type=TT)
+    if (lad := warm_full_bounds(w, seed)) is None: return
     infos = [p*(1-p) for p in lad.phat]
     assert all(a >= b - 1e-9 for a, b in zip(infos, infos[1:]))
     assert [information(p) for p in lad.phat] == sorted((information(p) for p in lad.phat), reverse=True)
