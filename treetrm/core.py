@@ -8,9 +8,9 @@ import hashlib, json, os, tempfile
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count', 'project_root',
-           'atomic_write_bytes', 'atomic_write_text', 'canonical_json', 'atomic_write_json', 'read_json',
-           'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed']
+__all__ = ['TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count', 'CallBudget',
+           'project_root', 'atomic_write_bytes', 'atomic_write_text', 'canonical_json', 'atomic_write_json',
+           'read_json', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -45,6 +45,27 @@ def check_count(value, # the value to check
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(where(f'{field} must be a whole number ≥ {minimum}, got {value!r}', field=field))
     return value
+
+# %% ../nbs/00_core.ipynb #66ceafda
+class CallBudget:
+    "A hard limit on model calls: `take()` counts one call, or raises `BudgetError` once `limit` calls were made."
+    def __init__(self, limit:int|None, # calls allowed (None: no limit, only counting)
+                 used:int=0): # calls already made (a resumed run)
+        self.limit, self.used = (None if limit is None else check_count(limit, 'budget', minimum=0)), check_count(used, 'used', minimum=0)
+
+    @property
+    def left(self) -> int|None: return None if self.limit is None else max(0, self.limit - self.used)
+    @property
+    def spent(self) -> bool: return self.limit is not None and self.used >= self.limit
+
+    def take(self, n:int=1) -> int:
+        "Count `n` calls about to be made; `BudgetError` (and nothing counted) when they do not fit."
+        if self.limit is not None and self.used + n > self.limit:
+            raise BudgetError(where(f'the budget of {self.limit} model calls is spent ({self.used} made)', 'Raise the budget to go on'))
+        self.used += n
+        return self.used
+
+    def __repr__(self): return f'CallBudget(limit={self.limit}, used={self.used})'
 
 # %% ../nbs/00_core.ipynb #31869bf5
 def project_root(start:str|Path|None=None # where to start looking (default: the working directory)

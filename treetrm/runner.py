@@ -11,7 +11,7 @@ from typing import Callable, Mapping
 import polars as pl
 from fastcore.basics import patch
 from .core import (ConfigError, DataError, InfraError, where, atomic_write_json, read_json, sha256_file,
-                          sha256_text, stable_seed, check_count)
+                          sha256_text, stable_seed, check_count, CallBudget, BudgetError)
 from .data import Question, QuestionUnit, load_questions, build_units, unit_correct
 from .llm import telemetry_row, call_cost
 from .skills import (Edit, DEFAULT_SKILL, VersionStore, init_workspace, load_manifest, set_current, set_best,
@@ -33,15 +33,18 @@ from .checkpoint import (TrainState, structural_parts, decision_fingerprint, sav
 from . import report
 
 # %% auto #0
-__all__ = ['CURRENT_RUN', 'ACCEPTANCE_RULES', 'DEFAULT_SPLIT', 'TRAIN_ROLES', 'BASELINE_RUN', 'ACCEPTANCE', 'current_run_id',
-           'request_key', 'CallRecorder', 'RecordedProvider', 'TrainConfig', 'train_config', 'apply_batch_correctness',
-           'guard_infra', 'tick_cooldowns', 'should_stop_early', 'probation_pairs', 'rule_kinds', 'GateRequest',
-           'Acceptance', 'base_arm_run_id', 'rollout_run_id', 'Runner', 'gate_rule', 'greedy_rule', 'fixed_n_rule',
-           'gepa_rule', 'gepa_pool_rule', 'split_reserve', 'cap_ladder', 'role_usage', 'forecast_usage',
-           'dual_metric_rows', 'holdout_rows', 'confirmed_rule_counts', 'decision_tally', 'TrainResult']
+__all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'ACCEPTANCE_RULES', 'DEFAULT_SPLIT', 'TRAIN_ROLES', 'BASELINE_RUN', 'ACCEPTANCE',
+           'current_run_id', 'request_key', 'CallRecorder', 'RecordedProvider', 'TrainConfig', 'train_config',
+           'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early', 'probation_pairs',
+           'rule_kinds', 'GateRequest', 'Acceptance', 'base_arm_run_id', 'rollout_run_id', 'Runner', 'gate_rule',
+           'greedy_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'split_reserve', 'cap_ladder', 'role_usage',
+           'forecast_usage', 'dual_metric_rows', 'holdout_rows', 'confirmed_rule_counts', 'decision_tally',
+           'TrainResult']
 
 # %% ../nbs/17_runner.ipynb #ed286037
 CURRENT_RUN: contextvars.ContextVar = contextvars.ContextVar('treetrm_current_run', default=None)
+
+CALL_BUDGET: contextvars.ContextVar = contextvars.ContextVar('treetrm_call_budget', default=None)
 
 def current_run_id() -> str|None:
     "The run that model calls made now are filed under."
@@ -77,7 +80,8 @@ class RecordedProvider:
     def model(self) -> str: return getattr(self.inner, 'model', '')
 
     async def chat(self, messages, **kw):
-        "Call the wrapped provider and report the call."
+        "Call the wrapped provider and report the call; first take the call from the current `CALL_BUDGET`, if any."
+        if (budget := CALL_BUDGET.get()) is not None: budget.take()  # BudgetError before anything is sent
         t0, call_id, key = time.monotonic(), uuid.uuid4().hex, request_key(self.role, self.model, messages, kw)
         try: r = await self.inner.chat(messages, **kw)
         except Exception as e:

@@ -14,23 +14,28 @@ from .core import (ConfigError, DataError, atomic_write_json, canonical_json, pr
                           sha256_json, stable_seed, where)
 from .data import Question, load_questions, load_tree, option_text, save_questions
 from .llm import LLMProvider, LLMResponse
+from .realism import (RealismParams, question_models, realistic_rules, rule_effects, rule_reach_effect, jitter, p_right,
+                             draw_answer)
 
 # %% auto #0
 __all__ = ['ROLE_FACTORIES', 'FAULT_KINDS', 'OBJECTS', 'COLOURS', 'CARRIERS', 'TEXTS', 'PERSONS', 'ACTIONS', 'SETTINGS', 'THEMES',
            'SPEECH', 'LIGHTING', 'CAMERA', 'TYPE_RULES', 'CLASS_WEIGHTS', 'QUESTIONS_PER_VIDEO', 'PLANTERS',
-           'EFFECT_METHOD', 'DEMO_SEED', 'DEMO_VIDEOS', 'ERROR_TYPES', 'PAIR_ORDER', 'NEUTRAL_PROMPT_SENTENCE',
-           'SIM_MODELS', 'BACKENDS', 'message_text', 'last_user_text', 'request_context', 'estimate_tokens',
-           'estimate_usage', 'request_rng', 'sim_answer', 'SimEcho', 'register_role', 'make_role', 'Faults',
-           'completion_body', 'error_body', 'models_body', 'SimServer', 'serve', 'cli_parser', 'faults_from_args',
-           'mentions', 'type_rule_specs', 'reachable', 'evidence_rules', 'rule_effect', 'video_skeleton', 'all_events',
-           'all_frames', 'plant_counting', 'plant_ocr', 'plant_attribute', 'plant_temporal', 'plant_action',
-           'plant_object', 'plant_synopsis', 'render_tree', 'make_video', 'observe_features', 'derive_answer',
-           'world_fingerprint', 'world_rules', 'make_world', 'check_world', 'ensure_demo_world', 'world_path',
+           'EFFECT_METHOD', 'REALISTIC_EFFECT_METHOD', 'PROFILES', 'DEMO_SEED', 'DEMO_VIDEOS', 'ERROR_TYPES',
+           'PAIR_ORDER', 'NEUTRAL_PROMPT_SENTENCE', 'SIM_MODELS', 'BACKENDS', 'message_text', 'last_user_text',
+           'request_context', 'estimate_tokens', 'estimate_usage', 'request_rng', 'sim_answer', 'SimEcho',
+           'register_role', 'make_role', 'Faults', 'completion_body', 'error_body', 'models_body', 'SimServer', 'serve',
+           'cli_parser', 'faults_from_args', 'mentions', 'type_rule_specs', 'reachable', 'evidence_rules',
+           'rule_effect', 'video_skeleton', 'all_events', 'all_frames', 'plant_counting', 'plant_ocr',
+           'plant_attribute', 'plant_temporal', 'plant_action', 'plant_object', 'plant_synopsis', 'render_tree',
+           'make_video', 'observe_features', 'derive_answer', 'world_fingerprint', 'world_rules', 'realism_params',
+           'realistic_layer', 'make_world', 'planted_truth', 'check_world', 'ensure_demo_world', 'world_path',
            'load_world', 'skill_behaviours', 'true_diagnosis', 'noisy_diagnosis', 'SimJudge', 'rule_candidates',
-           'propose_edit', 'momentum_reply', 'propose_prompt_edit', 'SimEvolver', 'SeenNode', 'parse_view_node',
-           'parse_observe_frame', 'AgentQuestion', 'parse_first_user', 'Conversation', 'read_conversation',
-           'world_questions', 'question_key', 'next_action', 'seen_answer', 'agent_reply', 'SimAgent',
-           'expected_accuracy', 'make_providers', 'main']
+           'propose_edit', 'momentum_reply', 'propose_prompt_edit', 'SimEvolver', 'rule_relevance',
+           'propose_realistic_edit', 'SeenNode', 'parse_view_node', 'parse_observe_frame', 'AgentQuestion',
+           'parse_first_user', 'Conversation', 'read_conversation', 'world_questions', 'question_key', 'next_action',
+           'seen_answer', 'agent_reply', 'world_tree', 'skill_rules', 'realistic_draw', 'realistic_plan',
+           'realistic_reply', 'SimAgent', 'expected_accuracy', 'skill_files', 'type_skill_text', 'question_probability',
+           'true_accuracy', 'world_questions_by_id', 'make_providers', 'main']
 
 # %% ../nbs/03_sim.ipynb #32323570
 def message_text(message:dict # an OpenAI chat message
@@ -771,14 +776,41 @@ EFFECT_METHOD = ('effect = 100 * (1 - 1/n_options) * (share of the type\'s quest
                  '- share reachable with no rule); reachable(evidence, behaviours) = every clause of `requires` has a '
                  'behaviour present and no `hidden_by` trap is present; unreached evidence is assumed to be a uniform guess')
 
+REALISTIC_EFFECT_METHOD = ('effect = 100 * (mean over the type\'s questions of P(right | seed skills + the rule) - P(right | seed skills)), '
+                           'exact under treetrm.realism.p_right (rules followed with a probability, rescues and blocks of reaching the '
+                           'evidence, reasoning slips, answers without the evidence)')
+PROFILES = ('easy', 'realistic')
+
+def realism_params(settings=None # None, a dict of `RealismParams` fields, or a `RealismParams`
+                  ) -> RealismParams:
+    "Checked `RealismParams`; unknown keys are a `ConfigError`."
+    if isinstance(settings, RealismParams): return settings
+    d, fields = dict(settings or {}), RealismParams.__dataclass_fields__
+    if unknown := sorted(set(d) - set(fields)): raise ConfigError(where(f'unknown realism settings {unknown}', f'Use some of {sorted(fields)}', field='realism'))
+    return RealismParams(**{k: tuple(v) if isinstance(v, list) and k != 'effects' else v for k, v in d.items()})
+
+def realistic_layer(evidence:dict, seed:int, params:RealismParams) -> dict:
+    "The realistic world's truth: per-question models, per-type rules with exact effects, and the calibration."
+    models, calibration = question_models(evidence, seed, params)
+    types = {}
+    for tt in sorted({e['task_type'] for e in evidence.values()}):
+        rules = realistic_rules(tt, _slug(tt), TYPE_RULES[tt][0], evidence, models, seed, params)
+        types[tt] = {'n_questions': sum(e['task_type'] == tt for e in evidence.values()), 'rules': rules}
+    return {'models': models, 'task_types': types, 'realism': params.to_dict() | {'calibration': calibration}}
+
 def make_world(out_dir:str|Path, # folder to write (created; existing world files are overwritten)
                seed:int=0, # world seed: same seed, same bytes
                n_videos:int=50, # videos to generate
-               questions_per_video:dict|None=None # task type -> questions per video (default QUESTIONS_PER_VIDEO)
+               questions_per_video:dict|None=None, # task type -> questions per video (default QUESTIONS_PER_VIDEO)
+               profile:str='easy', # 'easy' (large, clean rule effects: the demo) or 'realistic' (small noisy effects, `treetrm.realism`)
+               realism:dict|None=None # realistic profile: `RealismParams` settings (effects, flip_rate, n_rules, ...)
               ) -> Path:
     "Write a planted-truth world: trees/<videoID>/tree.json, questions.jsonl and world.json."
     out, qpv = Path(out_dir), questions_per_video or QUESTIONS_PER_VIDEO
     if unknown := set(qpv) - set(PLANTERS): raise ConfigError(where(f'no planter for task types {sorted(unknown)}', f'Use some of {list(PLANTERS)}', field='questions_per_video'))
+    if profile not in PROFILES: raise ConfigError(where(f'unknown world profile {profile!r}', f'Use one of {", ".join(PROFILES)}', field='profile'))
+    if realism is not None and profile != 'realistic': raise ConfigError(where('realism settings need the realistic profile', "Pass profile='realistic'", field='realism'))
+    params = realism_params(realism) if profile == 'realistic' else None  # checked before anything is written
     questions, evidence = [], {}
     for i in range(n_videos):
         tree, planted = make_video(seed, i, qpv)
@@ -791,6 +823,7 @@ def make_world(out_dir:str|Path, # folder to write (created; existing world file
     world = {'format': 'treetrm-sim-world/1', 'seed': seed, 'n_videos': n_videos, 'questions_per_video': qpv,
              'class_weights': {t: CLASS_WEIGHTS[t] for t in qpv}, 'effect_method': EFFECT_METHOD,
              'fingerprint': world_fingerprint(out), 'task_types': world_rules(evidence), 'evidence': evidence}
+    if params is not None: world |= {'profile': 'realistic', 'effect_method': REALISTIC_EFFECT_METHOD, **realistic_layer(evidence, seed, params)}
     atomic_write_json(out/'world.json', world, indent=1)
     return out
 
@@ -807,6 +840,12 @@ def _question_problems(q:Question, ev:dict|None, tree) -> list[str]:
     if len(set(opts)) != len(opts): probs.append('duplicate options')
     return probs
 
+def planted_truth(world:dict) -> dict:
+    "The parts of world.json that follow from its evidence records and settings, recomputed."
+    if world.get('profile', 'easy') == 'easy': return {'task_types': world_rules(world['evidence'])}
+    params = realism_params({k: v for k, v in world['realism'].items() if k != 'calibration'})
+    return realistic_layer(world['evidence'], world['seed'], params)
+
 def check_world(world_dir:str|Path, # a folder written by make_world
                 strict:bool=True # raise DataError on any problem
                ):
@@ -820,7 +859,7 @@ def check_world(world_dir:str|Path, # a folder written by make_world
         except DataError as e: probs = [str(e)]
         rows += [{'question_id': q.question_id, 'problem': p} for p in probs]
     if world_fingerprint(d) != world['fingerprint']: rows.append({'question_id': None, 'problem': 'fingerprint mismatch: files changed after make_world'})
-    if world_rules(world['evidence']) != world['task_types']: rows.append({'question_id': None, 'problem': 'rule effects do not recompute'})
+    if planted_truth(world) != {k: world.get(k) for k in planted_truth(world)}: rows.append({'question_id': None, 'problem': 'rule effects do not recompute'})
     out = pl.DataFrame(rows, schema={'question_id': pl.String, 'problem': pl.String})
     if strict and len(out): raise DataError(where(f'{len(out)} problems in the world, first: {out.row(0)}', 'Regenerate it with make_world', file=d))
     return out
@@ -976,6 +1015,7 @@ class SimEvolver:
     p_helpful: float = 0.5 # probability of a helpful rule
     p_neutral: float = 0.3 # probability of a neutral rule
     p_trap: float = 0.2 # probability of a trap rule
+    informativeness: float|None = None # realistic worlds: lean towards rules relevant to the failures (None: the world's setting)
     model: str = 'sim-evolver'
     latency_s: float = 0.0 # seconds to wait before answering
 
@@ -985,11 +1025,42 @@ class SimEvolver:
         rng = request_rng(messages, self.model, stable_seed(self.seed, seed))
         probs = {'helpful': self.p_helpful, 'neutral': self.p_neutral, 'trap': self.p_trap}
         kind = ctx.get('kind')
-        out = momentum_reply(ctx) if kind == 'momentum' else propose_prompt_edit(world, ctx, rng, probs) if kind == 'prompt_edit' else propose_edit(world, ctx, rng, probs)
+        if kind == 'momentum': out = momentum_reply(ctx)
+        elif kind == 'prompt_edit': out = propose_prompt_edit(world, ctx, rng, probs)
+        elif world.get('profile') == 'realistic':
+            beta = world['realism']['informativeness'] if self.informativeness is None else self.informativeness
+            out = propose_realistic_edit(world, ctx, rng, beta)
+        else: out = propose_edit(world, ctx, rng, probs)
         reply = canonical_json(out)
         return await sim_answer(self, messages, reply)
 
 register_role('sim-evolver', lambda world_dir, seed: SimEvolver(world_dir, seed))
+
+# %% ../nbs/03_sim.ipynb #b0a011f8
+def rule_relevance(world:dict, rule:dict, failure_ids:list[str]) -> float:
+    "The expected number of the failures shown that `rule` would rescue if it were followed."
+    total = 0.0
+    for qid in failure_ids:
+        ev, m = world['evidence'].get(qid), world['models'].get(qid)
+        if ev is None or m is None: continue
+        e = rule_reach_effect(rule, ev['class'], jitter(world['seed'], qid, rule['id']))
+        if e > 0: total += rule['follow'] * e * (1 - m['reach']) * (1 - m['slip'] - m['guess'])
+    return total
+
+def propose_realistic_edit(world:dict, # a parsed realistic world.json
+                           ctx:dict, # the evolve request context
+                           rng:random.Random, # the request's random stream
+                           informativeness:float # how strongly proposals lean towards rules relevant to the failures
+                          ) -> dict:
+    "One Edit JSON appending a rule drawn by relevance to the failures shown, or a no-change edit."
+    cands = sorted((r for rs in rule_candidates(world, ctx).values() for r in rs), key=lambda r: r['id'])
+    if not cands: return {'target': ctx.get('target'), 'ops': [], 'rationale': 'no change'}
+    fails = [f.get('question_id') for f in ctx.get('failures') or [] if isinstance(f, dict)]
+    rel = [rule_relevance(world, r, fails) for r in cands]
+    top = max(rel) or 1.0
+    rule = rng.choices(cands, [math.exp(informativeness * x / top) for x in rel])[0]
+    why = f'{len(fails)} recent {ctx.get("task_type")} failures suggest the strategy needs this step'
+    return {'target': ctx.get('target'), 'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': f'- {rule["text"]}'}], 'rationale': why}
 
 # %% ../nbs/03_sim.ipynb #415452a4
 @dataclass(frozen=True)
@@ -1301,6 +1372,58 @@ def agent_reply(world:dict, # a parsed world.json
     return json.dumps({'reflect': _reflect(c, answer, b), 'plan': _plan_text(action if action[0] != 'submit_answer' else None, b),
                        'action': {'tool': action[0], 'args': action[1]}}, ensure_ascii=False)
 
+# %% ../nbs/03_sim.ipynb #4aa04b01
+_TREES: dict = {}
+
+def world_tree(world_dir:str|Path|None, video_id:str):
+    "A world's tree of `video_id`, cached per process."
+    key = (str(world_path(world_dir).resolve()), video_id)
+    if key not in _TREES: _TREES[key] = load_tree(world_path(world_dir)/'trees'/video_id)
+    return _TREES[key]
+
+def skill_rules(world:dict, task_type:str, skill_text:str) -> list[dict]:
+    "The world rules of `task_type` whose exact sentence the skill text holds."
+    return [r for r in world['task_types'].get(task_type, {}).get('rules', []) if r['text'] in skill_text]
+
+def realistic_draw(world:dict, q:Question, skill_text:str, seed:int) -> dict:
+    "One run's draws for `q` under this skill text (`draw_answer`), with the letter the agent will submit."
+    rules = skill_rules(world, q.task_type, skill_text)
+    rng = random.Random(stable_seed(seed, q.question_id, 'realistic'))
+    d = draw_answer(world['models'][q.question_id], rule_effects(rules, q.question_id, world['evidence'][q.question_id]['class'], world['seed']), rng)
+    letters = 'ABCDEFGH'[:len(q.options)]
+    return d | {'letter': q.answer if d['right'] else rng.choice([l for l in letters if l != q.answer])}
+
+# %% ../nbs/03_sim.ipynb #fc44822e
+def realistic_plan(c:Conversation, tree, evidence:dict, draw:dict) -> list[tuple]:
+    "The tool calls of one run: the scenes, the evidence it reached, one search per costly rule it followed."
+    acts = [_view(r) for r in c.question.roots]
+    if draw['reached']:
+        for nid in evidence['source_nodes']:
+            node = tree.node(nid)
+            if node.level == 3: acts.append(_observe(node.parent_id))
+            elif node.level == 2: acts.append(_view(nid))
+    term = evidence.get('key') or c.question.question
+    acts += [('search', {'query': f'{term} {word}', 'k': 3}) for word in ('detail', 'again', 'elsewhere')[:draw['costly']]]
+    return list(dict.fromkeys((t, canonical_json(a)) for t, a in acts))
+
+def realistic_reply(world:dict, questions:dict, messages:list[dict], seed:int, world_dir=None,
+                    one_call:bool=False # answer at the first turn
+                   ) -> str:
+    "The simulated agent's next reply in a realistic world."
+    c = read_conversation(messages)
+    q = questions.get((c.question.video_id, c.question.question))
+    if q is None: raise DataError(where('the question is not one of this world\'s questions', 'Run the sim agent on questions of the world it was started with', video=c.question.video_id, role='sim-agent'))
+    draw = realistic_draw(world, q, c.skill_text, seed)
+    plan = [] if one_call or c.answer_now else realistic_plan(c, world_tree(world_dir, q.video_id), world['evidence'][q.question_id], draw)
+    todo = [(t, json.loads(a)) for t, a in plan if not c.did(t, json.loads(a))]
+    opened = [n for n in c.nodes if c.opened(n)]
+    action = todo[0] if todo else ('submit_answer', {'answer': draw['letter'], 'evidence': ', '.join(opened[-4:]) or 'none',
+                                                     'reasoning': 'what the opened nodes show' if draw['reached'] else 'no node settles it; best guess'})
+    reflect = {'learned': f'{len(opened)} nodes opened so far', 'best_candidate': draw['letter'] if not todo else '',
+               'confidence': 0.8 if draw['reached'] else 0.3, 'answer_ready': not todo}
+    plan_text = f'call {action[0]} next' if todo else 'Submit the answer.'
+    return json.dumps({'reflect': reflect, 'plan': plan_text, 'action': {'tool': action[0], 'args': action[1]}}, ensure_ascii=False)
+
 # %% ../nbs/03_sim.ipynb #0b4cf92c
 @dataclass
 class SimAgent:
@@ -1309,11 +1432,14 @@ class SimAgent:
     seed: int = 0 # base seed, mixed with each request's seed
     latency_s: float = 0.0 # seconds to wait before answering
     model: str = 'sim-agent'
+    one_call: bool = False # realistic worlds: answer at the first turn (one call a question, for benchmark grids)
 
     async def chat(self, messages, *, temperature=0.0, max_tokens=None, seed=None, response_format=None, images=None) -> LLMResponse:
         "The next agent turn for the conversation in `messages`."
-        rng = request_rng(messages, self.model, stable_seed(self.seed, seed))
-        reply = agent_reply(load_world(self.world_dir), world_questions(self.world_dir), messages, rng)
+        world = load_world(self.world_dir)
+        if world.get('profile') == 'realistic':
+            reply = realistic_reply(world, world_questions(self.world_dir), messages, stable_seed(self.seed, seed), self.world_dir, self.one_call)
+        else: reply = agent_reply(world, world_questions(self.world_dir), messages, request_rng(messages, self.model, stable_seed(self.seed, seed)))
         return await sim_answer(self, messages, reply)
 
 register_role('sim-agent', lambda world_dir, seed: SimAgent(world_dir, seed))
@@ -1327,6 +1453,38 @@ def expected_accuracy(evidences:list[dict], # evidence metadata of the questions
     if not evidences: return 0.0
     reach = sum(reachable(e, behaviours) for e in evidences) / len(evidences)
     return round(100 * (reach + (1 - reach) / n_options), 2)
+
+# %% ../nbs/03_sim.ipynb #07a0d1ca
+def skill_files(skills) -> dict[str, str]:
+    "file name -> text of a skills folder's markdown files, or a dict of them as it is."
+    if isinstance(skills, dict): return skills
+    return {p.name: p.read_text(encoding='utf-8') for p in sorted(Path(skills).glob('*.md'))}
+
+def type_skill_text(files:dict, task_type:str) -> str:
+    "The skill text an auto-mode agent reads for `task_type`: the shared skill and the type's own."
+    return files.get('_default.md', '') + '\n' + files.get(f'{_slug(task_type)}.md', '')
+
+def question_probability(world:dict, question_id:str, skill_text:str, n_options:int=4) -> float:
+    "The exact probability that one agent run answers the question right with this skill text."
+    ev = world['evidence'][question_id]
+    if world.get('profile') != 'realistic': return 1.0 if reachable(ev, skill_behaviours(world, ev['task_type'], skill_text)) else 1 / n_options
+    rules = skill_rules(world, ev['task_type'], skill_text)
+    return p_right(world['models'][question_id], rule_effects(rules, question_id, ev['class'], world['seed']))
+
+def true_accuracy(world_dir:str|Path|None, # the world (None: the demo world)
+                  skills, # a skills folder, or a dict of skill file name -> text
+                  questions # Questions (or question ids) of the world
+                 ) -> float:
+    "Exact expected accuracy (share right) of one agent run with `skills` on `questions`."
+    world, files = load_world(world_dir), skill_files(skills)
+    qs = [q if isinstance(q, Question) else world_questions_by_id(world_dir)[q] for q in questions]
+    if not qs: return 0.0
+    texts = {t: type_skill_text(files, t) for t in {q.task_type for q in qs}}
+    return sum(question_probability(world, q.question_id, texts[q.task_type], len(q.options)) for q in qs) / len(qs)
+
+def world_questions_by_id(world_dir:str|Path|None=None) -> dict[str, Question]:
+    "question id -> Question of a world."
+    return {q.question_id: q for q in world_questions(world_dir).values()}
 
 # %% ../nbs/03_sim.ipynb #1ed14a6a
 SIM_MODELS = {'agent': 'sim-agent', 'judge': 'sim-judge', 'evolver': 'sim-evolver'}
