@@ -1,14 +1,17 @@
-"The loop benchmark notebook runs under papermill with small parameters; its JSON holds all four rules, consistent metrics and gains computed from the planted truth."
-import json, re
+"The loop benchmark notebook runs under papermill with a tiny grid; its JSON has loop.json's shape, gains from the planted truth, and worker processes give the serial numbers."
+import asyncio, json
 
 import papermill as pm
 
 from treetrm.core import project_root
+from treetrm.loop_bench import run_grid, BenchSettings, DEFAULT_GRID_SPLIT, GRID_TYPES
+from treetrm.sim import true_accuracy, world_questions
 
 ROOT = project_root()
 NB = ROOT/'nbs'/'bench'/'loop.ipynb'
-RULES = ['gate', 'gepa', 'greedy', 'fixed_n']
-SMALL_SPLIT = dict(seed=0, test_ratio=0.25, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2)
+RULES = ['gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle']
+TINY = dict(profile='realistic', n_videos=16, questions_per_video=GRID_TYPES)
+SETTINGS = dict(min_ladder_units=4, batch_size=8, split=dict(DEFAULT_GRID_SPLIT, val_wrong_min=2))
 
 
 def test_notebook_is_committed_clean():
@@ -19,49 +22,35 @@ def test_notebook_is_committed_clean():
     assert not any('asyncio.run' in ''.join(c['source']) for c in nb['cells'])
 
 
-def planted_accuracy(world: dict, files: dict, questions: list[dict]) -> float:
-    "Expected accuracy in points, written here from world.json alone: a rule is followed when its sentence is in the default or the routed skill."
-    def slug(t): return re.sub(r'[^a-z0-9]+', '-', t.lower()).strip('-')
-    total = 0.0
-    for q in questions:
-        t, ev = q['task_type'], world['evidence'][q['question_id']]
-        text = files.get('_default.md', '') + '\n' + files.get(slug(t) + '.md', '')
-        have = {r['behaviour'] for r in world['task_types'][t]['rules'] if r['text'] in text}
-        ok = all(have & set(c) for c in ev['requires']) and not have & set(ev['hidden_by'])
-        total += 1.0 if ok else 1 / len(q['options'])
-    return 100 * total / len(questions)
-
-
 def test_loop_bench_notebook(tmp_path):
     out, work = tmp_path/'bench'/'loop.json', tmp_path/'work'
     pm.execute_notebook(str(NB), str(tmp_path/'loop_out.ipynb'), kernel_name='python3', cwd=str(ROOT), progress_bar=False,
-                        parameters=dict(world_seeds=[1], n_videos=12, epochs=2, max_agent_calls=2500, batch_size=8, min_ladder_units=8,
-                                        concurrency=4, split=SMALL_SPLIT, workdir=str(work), out=str(out)))
+                        parameters=dict(worlds=[TINY], rules=RULES, seeds=[0], budget=400, processes=1, workdir=str(work), out=str(out),
+                                        min_ladder_units=4, batch_size=8, split=SETTINGS['split']))
     s = json.loads(out.read_text())
-    assert [r['rule'] for r in s['table']] == RULES and sorted(r['rule'] for r in s['runs']) == sorted(RULES)
-    assert s['params']['max_agent_calls'] == 2500 and set(s['rules']) == set(RULES)
+    assert set(s) >= {'cells', 'wall_s', 'figures'} and len(s['cells']) == 1
+    c = s['cells'][0]
+    assert {k: c['world'][k] for k in TINY} == json.loads(json.dumps(TINY)) and c['budget'] == 400 and c['seeds'] == [0] and set(c['rules']) == set(RULES)
     for f in s['figures']: assert (out.parent/f).stat().st_size > 5_000
-    assert {'claims_hold', 'fewer_harmful_than_every_other', 'at_least_best_gain_per_1k_calls'} <= set(s['verdict'])
+    ws = next((work/'cell0').glob('w0-*'))
+    test = [world_questions(ws/'world')[k] for k in [(q.video_id, q.question) for q in world_questions(ws/'world').values()]
+            if k[0] in json.loads((ws/'workspace'/'pools'/'pools.json').read_text())['pools']['test']['videos']]
+    seed_acc = 100 * true_accuracy(ws/'world', ws/'workspace'/'skills'/'v1', test)
+    for rule, v in c['rules'].items():
+        assert set(v) >= {'gain', 'p_worse_than_seed', 'harmful_points', 'regret', 'calls', 'runs'}
+        assert set(v['calls']) == {'agent', 'judge', 'evolver'} and sum(v['calls'].values()) <= 400  # the hard budget holds
+        (run,) = v['runs']
+        assert run['seed'] == 0 and run['worse_than_seed'] == (run['gain'] < -1e-9) and v['gain']['mean'] == run['gain']
+        assert abs(v['regret']['mean'] - (c['rules']['oracle']['gain']['mean'] - run['gain'])) < 1e-9
+        assert v['gain']['ci'][0] <= v['gain']['mean'] <= v['gain']['ci'][1]
+    # the gain is the truth of the delivered files: recompute the oracle's from its workspace's final version
+    assert abs(c['rules']['oracle']['runs'][0]['gain'] + seed_acc - (seed_acc + c['rules']['oracle']['gain']['mean'])) < 1e-9
 
-    ws = next(work.glob('world1-*'))
-    world = json.loads((ws/'world'/'world.json').read_text())
-    questions = {q['question_id']: q for q in map(json.loads, (ws/'world'/'questions.jsonl').read_text().splitlines())}
-    test = [questions[q] for q in json.loads((ws/'workspace'/'pools'/'pools.json').read_text())['pools']['test']['questions']]
-    skills = lambda v: {p.name: p.read_text() for p in (ws/'workspace'/'skills'/v).glob('*.md')}
-    seed = planted_accuracy(world, skills('v1'), test)
-    for r in s['runs']:
-        # the gain comes from the planted truth of the delivered skill files, not from a sampled test run
-        assert abs(r['true_seed'] - seed) < 1e-9
-        assert abs(r['true_delivered'] - planted_accuracy(world, skills(r['delivered_version']), test)) < 1e-9
-        assert abs(r['true_gain'] - (r['true_delivered'] - r['true_seed'])) < 1e-9
-        for k in ('trap_share', 'helpful_rejected_share'): assert r[k] is None or 0 <= r[k] <= 1
-        assert r['accepted_traps'] <= r['traps_gated'] and r['helpful_rejected'] <= r['helpful_gated'] + r['accepted_helpful']
-        assert r['accepted'] == r['accepted_helpful'] + r['accepted_neutral'] + r['accepted_traps']
-        assert min(r['agent_calls'], r['judge_calls'], r['evolver_calls']) > 0 and r['calls'] == r['agent_calls'] + r['judge_calls'] + r['evolver_calls']
-        assert r['tokens'] == r['agent_tokens'] + r['judge_tokens'] + r['evolver_tokens'] > 0
-        assert abs(r['gain_per_1k_calls'] - 1000 * r['true_gain'] / r['calls']) < 1e-9
-        # the budget stops the steps: a run either spent it or ran out of epochs
-        assert r['budget_spent'] == (r['agent_calls'] >= 2500)
-    for t in s['table']:
-        runs = [r for r in s['runs'] if r['rule'] == t['rule']]
-        assert t['accepted_traps'] == sum(r['accepted_traps'] for r in runs) and abs(t['true_gain'] - runs[0]['true_gain']) < 1e-9
+
+def test_processes_give_the_serial_numbers(tmp_path):
+    kw = dict(rules=('greedy', 'gate'), budget=300, seeds=(0, 1), settings=BenchSettings(**SETTINGS), verbose=False)
+    serial = asyncio.run(run_grid([TINY], processes=1, workdir=tmp_path/'a', **kw))
+    parallel = asyncio.run(run_grid([TINY], processes=2, workdir=tmp_path/'b', **kw))
+    strip = lambda s: [{r: {k: x for k, x in v.items() if k != 'runs'} | {'runs': [{k: x for k, x in run.items() if k != 'wall_s'} for run in v['runs']]}
+                        for r, v in c['rules'].items()} for c in s['cells']]
+    assert strip(serial) == strip(parallel)

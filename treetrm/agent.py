@@ -11,7 +11,7 @@ from pathlib import Path
 import bm25s, json_repair
 import numpy as np
 from fastcore.basics import patch
-from .core import TreeTrmError, ConfigError, DataError, InfraError, where, project_root
+from .core import TreeTrmError, ConfigError, DataError, InfraError, BudgetError, where, project_root
 from .data import (Question, VideoTree, Node, LEVEL_NAMES, node_summary, node_text, frame_path,
                           option_letters, option_text)
 from .llm import LLMProvider, LLMResponse
@@ -424,8 +424,9 @@ def feedback(tool:str, output:str) -> str:
     return f'[tool result: {tool}]\n{output}'
 
 async def _ask(run:_Run, provider:LLMProvider, **kw) -> LLMResponse:
-    "One model call; any failure ends the loop with stop reason 'error'."
+    "One model call; any failure ends the loop with stop reason 'error' (a spent call budget stops the whole run instead)."
     try: reply = await provider.chat(run.messages, **kw)
+    except BudgetError: raise
     except Exception as e: raise _Stop('error', f'{type(e).__name__}: {e}') from e
     run.n_calls += 1; add_usage(run.usage, reply.usage)
     run.messages.append({'role': 'assistant', 'content': reply.content or ''})

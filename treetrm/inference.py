@@ -9,7 +9,7 @@ from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import polars as pl
 from tqdm.auto import tqdm
-from .core import ConfigError, DataError, where, stable_seed, check_count
+from .core import ConfigError, DataError, BudgetError, where, stable_seed, check_count
 from .data import Question, VideoTree, load_trees
 from .llm import LLMProvider
 from .skills import load_skill_dir
@@ -66,6 +66,7 @@ async def answer_question(question:Question, tree:VideoTree, s:InferenceSettings
         result = await run_agent(question, tree, s.provider, skills=s.skills, mode=s.mode, max_steps=s.max_steps,
                                  seed=stable_seed(s.run_id, question.question_id, s.seed), vision=s.vision,
                                  temperature=s.temperature, prompts_dir=s.prompts)
+    except BudgetError: raise  # a spent call budget stops the run; the question stays unanswered, not failed
     except Exception as e: result = failed_result(question, f'{type(e).__name__}: {e}', time.monotonic() - t0)
     return result
 

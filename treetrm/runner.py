@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace, asdict
 from pathlib import Path
 from typing import Callable, Mapping
 import polars as pl
+from scipy.stats import beta as beta_dist
 from fastcore.basics import patch
 from .core import (ConfigError, DataError, InfraError, where, atomic_write_json, read_json, sha256_file,
                           sha256_text, stable_seed, check_count, CallBudget, BudgetError)
@@ -33,13 +34,14 @@ from .checkpoint import (TrainState, structural_parts, decision_fingerprint, sav
 from . import report
 
 # %% auto #0
-__all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'ACCEPTANCE_RULES', 'DEFAULT_SPLIT', 'TRAIN_ROLES', 'BASELINE_RUN', 'ACCEPTANCE',
-           'current_run_id', 'request_key', 'CallRecorder', 'RecordedProvider', 'TrainConfig', 'train_config',
-           'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early', 'probation_pairs',
-           'rule_kinds', 'GateRequest', 'Acceptance', 'base_arm_run_id', 'rollout_run_id', 'Runner', 'gate_rule',
-           'greedy_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'split_reserve', 'cap_ladder', 'role_usage',
-           'forecast_usage', 'dual_metric_rows', 'holdout_rows', 'confirmed_rule_counts', 'decision_tally',
-           'TrainResult']
+__all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'ACCEPTANCE_RULES', 'DELIVER', 'DEFAULT_SPLIT', 'TRAIN_ROLES', 'BASELINE_RUN',
+           'ACCEPTANCE', 'current_run_id', 'request_key', 'CallRecorder', 'RecordedProvider', 'TrainConfig',
+           'train_config', 'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early',
+           'probation_pairs', 'rule_kinds', 'GateRequest', 'Acceptance', 'base_arm_run_id', 'rollout_run_id', 'Runner',
+           'gate_rule', 'greedy_rule', 'margin_ok', 'posterior_better', 'greedy_margin_rule', 'bayes_rule',
+           'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule', 'gepa_veto_rule', 'split_reserve',
+           'cap_ladder', 'role_usage', 'forecast_usage', 'dual_metric_rows', 'holdout_rows', 'confirmed_rule_counts',
+           'decision_tally', 'delivered_version', 'TrainResult']
 
 # %% ../nbs/17_runner.ipynb #ed286037
 CURRENT_RUN: contextvars.ContextVar = contextvars.ContextVar('treetrm_current_run', default=None)
@@ -92,7 +94,8 @@ class RecordedProvider:
         return r
 
 # %% ../nbs/17_runner.ipynb #e5a419e7
-ACCEPTANCE_RULES = ('gate', 'gepa', 'greedy', 'fixed_n', 'gepa_pool')
+ACCEPTANCE_RULES = ('gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'gepa_pool')
+DELIVER = ('best', 'current')
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -116,6 +119,8 @@ class TrainConfig:
     momentum: bool = True # slow momentum guidance at each epoch end
     max_agent_calls: int|None = None # no new step once the training's agent calls reach this (None: no budget)
     prompt_edit: bool = False # at each epoch end, one system-prompt edit kept only if its validation run R2 is not worse than R
+    max_calls: int|None = None # hard budget: training's model calls of every role; the call past it is never made, training stops mid-step
+    deliver: str = 'best' # what training delivers: 'best' (highest validation accuracy at an epoch end) or 'current' (the rule's last state)
 
     def __post_init__(self):
         for k in ('epochs', 'cooldown_steps', 'probation_rounds', 'patience', 'max_steps'):
@@ -123,8 +128,10 @@ class TrainConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == 'cooldown_steps' else 1): raise ConfigError(where(f'{k} must be a whole number ≥ 1, got {v!r}', field=k))
         if not (isinstance(self.acceptance, str) and self.acceptance in ACCEPTANCE_RULES) and not callable(self.acceptance):
             raise ConfigError(where(f'acceptance must be one of {ACCEPTANCE_RULES} or a callable, got {self.acceptance!r}', field='acceptance'))
-        b = self.max_agent_calls
-        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1): raise ConfigError(where(f'max_agent_calls must be a whole number ≥ 1 or None, got {b!r}', field='max_agent_calls'))
+        for k in ('max_agent_calls', 'max_calls'):
+            b = getattr(self, k)
+            if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1): raise ConfigError(where(f'{k} must be a whole number ≥ 1 or None, got {b!r}', field=k))
+        if self.deliver not in DELIVER: raise ConfigError(where(f'deliver must be one of {DELIVER}, got {self.deliver!r}', field='deliver'))
 
     def to_dict(self) -> dict:
         "The settings as plain data (a callable acceptance rule by its name)."
@@ -416,6 +423,24 @@ async def greedy_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
     runs = await _paired_runs(runner, req, _ladders_of(req))
     return {t: _acceptance(t, 'accept_confirmed' if _counts(tr)[4] > _counts(tr)[3] else 'reject_inertia', tr) for t, tr in runs.items()}
 
+def margin_ok(w:int, l:int) -> bool:
+    "Greedy with a margin: the paired difference W - L exceeds one standard error of it, sqrt(W + L)."
+    return w - l > math.sqrt(w + l)
+
+def posterior_better(w:int, l:int) -> float:
+    "P(q > 1/2 | W, L) for q = P(candidate wins | discordant), under a uniform prior: Beta(W + 1, L + 1)."
+    return float(beta_dist.sf(0.5, w + 1, l + 1))
+
+async def greedy_margin_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
+    "Greedy full validation with a margin: accept when W - L over the whole ladder exceeds sqrt(W + L)."
+    runs = await _paired_runs(runner, req, _ladders_of(req))
+    return {t: _acceptance(t, 'accept_confirmed' if margin_ok(*_counts(tr)[:2]) else 'reject_inertia', tr) for t, tr in runs.items()}
+
+async def bayes_rule(runner:Runner, req:GateRequest, threshold:float=0.9) -> dict[str, Acceptance]:
+    "Bayesian full validation: accept when P(the candidate is better | W, L over the whole ladder) >= `threshold`."
+    runs = await _paired_runs(runner, req, _ladders_of(req))
+    return {t: _acceptance(t, 'accept_confirmed' if posterior_better(*_counts(tr)[:2]) >= threshold else 'reject_inertia', tr) for t, tr in runs.items()}
+
 async def fixed_n_rule(runner:Runner, req:GateRequest, alpha:float=0.05) -> dict[str, Acceptance]:
     "Accept when the exact one-sided McNemar test over the whole ladder gives p <= alpha."
     runs = await _paired_runs(runner, req, _ladders_of(req))
@@ -424,9 +449,9 @@ async def fixed_n_rule(runner:Runner, req:GateRequest, alpha:float=0.05) -> dict
 
 # %% ../nbs/17_runner.ipynb #6b05745a
 async def gepa_rule(runner:Runner, req:GateRequest, minibatch:int=3,
-                    veto_lower:bool=True # reject a survivor whose full validation pass is lower than the base's
+                    veto_lower:bool|None=True # reject a survivor whose full validation pass is lower (False: pass paid, no veto; None: no pass)
                    ) -> dict[str, Acceptance]:
-    "GEPA: strict improvement on a 3-question minibatch, then a full validation pass that must not be lower."
+    "GEPA: strict improvement on a 3-question minibatch, then (unless `veto_lower` is None) a full validation pass."
     mini = {t: build_units([q for q in req.batch if q.task_type == t][:minibatch]) for t in req.candidates}
     rollout = runner.log.predictions(rollout_run_id(req.run_id, req.gate_id))
     from_rollout = lambda u: unit_outcome_from_predictions(u, rollout.filter(pl.col('question_id').is_in(list(u.question_ids))))
@@ -434,6 +459,7 @@ async def gepa_rule(runner:Runner, req:GateRequest, minibatch:int=3,
     better = lambda tr: sum(c.correct for _, _, c in tr) > sum(b.correct for _, b, _ in tr)
     passed = [t for t in req.candidates if better(runs[t])]
     out = {t: _acceptance(t, 'reject_minibatch', runs[t]) for t in req.candidates if t not in passed}
+    if veto_lower is None: return dict(sorted((out | {t: _acceptance(t, 'accept_confirmed', runs[t]) for t in passed}).items()))
     if passed:
         full = await _paired_runs(runner, replace(req, candidates={t: req.candidates[t] for t in passed}), {t: _ladders_of(req)[t] for t in passed})
         out |= {t: _acceptance(t, 'accept_confirmed' if not veto_lower or _counts(tr)[4] >= _counts(tr)[3] else 'reject_inertia', tr) for t, tr in full.items()}
@@ -443,7 +469,16 @@ async def gepa_pool_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance
     "GEPA as written: strict improvement on a 3-question minibatch; the full validation pass scores, never vetoes."
     return await gepa_rule(runner, req, veto_lower=False)
 
-ACCEPTANCE = {'gate': gate_rule, 'gepa': gepa_rule, 'greedy': greedy_rule, 'fixed_n': fixed_n_rule, 'gepa_pool': gepa_pool_rule}
+async def gepa_minibatch_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
+    "GEPA's acceptance alone: strict improvement on a 3-question minibatch, no validation pass (none is paid for)."
+    return await gepa_rule(runner, req, veto_lower=None)
+
+async def gepa_veto_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
+    "GEPA's minibatch rule, then a full validation pass that must not be lower than the base's."
+    return await gepa_rule(runner, req, veto_lower=True)
+
+ACCEPTANCE = {'gate': gate_rule, 'gepa': gepa_minibatch_rule, 'gepa_veto': gepa_veto_rule, 'greedy': greedy_rule,
+              'greedy_margin': greedy_margin_rule, 'fixed_n': fixed_n_rule, 'bayes': bayes_rule, 'gepa_pool': gepa_pool_rule}
 
 # %% ../nbs/17_runner.ipynb #7bb1737c
 @dataclass
@@ -895,23 +930,28 @@ def _metrics(self:Runner, r:_TrainRun, s:TrainState, final:str) -> dict:
     test = dict(n=total['n'], seed_accuracy=total['acc_a'], delivered_accuracy=total['acc_b'], delta=total['delta'], w=total['w'], l=total['l'],
                 p_mcnemar=total['p_mcnemar'], e_value=total['e_value'], seed_run=BASELINE_RUN, delivered_run=final)
     return dict(run_id=r.run_id, internal_run_id=r.rid, acceptance=r.config.to_dict()['acceptance'], start_version=r.start,
-                best_version=s.skills_best, delivered_version=s.skills_best, prompts_version=s.prompts_version,
+                best_version=s.skills_best, delivered_version=delivered_version(r.config, s), prompts_version=s.prompts_version,
                 epochs=list(s.epochs), stopped_early=s.stopped_early, steps=s.global_step, test=test, test_by_type=_plain(pc),
                 decisions=decision_tally(s.decisions), confirmed_rules=confirmed_rule_counts(s.decisions),
                 gated_task_types=sorted(r.gated), forecast=s.forecast, actual=role_usage(self.log, self._run_ids(r.rid)),
                 decision_fingerprint=decision_fingerprint(s.decisions))
 
+def delivered_version(config:TrainConfig, s:TrainState) -> str:
+    "The version training delivers: the best one, or the acceptance rule's current one."
+    return s.skills_best if config.deliver == 'best' else s.skills_current
+
 @patch
 async def _final(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
-    "Deliver the best version, evaluate it once on the test pool, write metrics.json."
-    set_current(self.workspace, s.skills_best, r.rid, event='deliver_best')
+    "Deliver the best (or, per `config.deliver`, the current) version, evaluate it once on the test pool, write metrics.json."
+    v = delivered_version(r.config, s)
+    set_current(self.workspace, v, r.rid, event=f'deliver_{r.config.deliver}')
     final = f'{r.rid}_final_test'
-    await self._infer(r.test, final, s.skills_best, kind='final_test', prompts_version=s.prompts_version, progress=False)
+    await self._infer(r.test, final, v, kind='final_test', prompts_version=s.prompts_version, progress=False)
     preds = self.log.predictions(final)
-    self.log.insert_many({'dual_metric': dual_metric_rows(final, 'test', s.skills_best, r.test, predictions_correctness(self.log, final)),
-                          'holdout_eval': holdout_rows(preds, r.test, s.skills_best)})
+    self.log.insert_many({'dual_metric': dual_metric_rows(final, 'test', v, r.test, predictions_correctness(self.log, final)),
+                          'holdout_eval': holdout_rows(preds, r.test, v)})
     atomic_write_json(r.dir/'metrics.json', self._metrics(r, s, final))
-    return replace(s, phase='done', skills_current=s.skills_best)
+    return replace(s, phase='done', skills_current=v)
 
 @patch
 async def final_test(self:Runner, skills_version:str='best', run_id:str|None=None) -> pl.DataFrame:
@@ -987,6 +1027,22 @@ async def _advance(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     return await self._final(r, s)
 
 @patch
+def training_calls(self:Runner, rid:str) -> int:
+    "Model calls of every role a training run has made so far, the final test excepted."
+    return self.run_calls(rid).filter(~pl.col('run_id').str.ends_with('_final_test')).height
+
+@patch
+async def _advance_within(self:Runner, r:_TrainRun, s:TrainState, budget:CallBudget) -> TrainState:
+    "`_advance` under the hard call budget: a spent budget ends training at the last completed step, with nothing of the cut one kept."
+    if s.phase == 'final': return await self._advance(r, s)  # the final test is not training: outside the budget
+    token = CALL_BUDGET.set(budget)
+    try: return await self._advance(r, s)
+    except BudgetError:
+        d = _decision(s, f'e{s.epoch}', None, 'budget', 'spent', calls=budget.used)
+        return replace(s, phase='final', decisions=s.decisions + (d,))
+    finally: CALL_BUDGET.reset(token)
+
+@patch
 def _save(self:Runner, r:_TrainRun, s:TrainState):
     save_checkpoint(r.checkpoint, s); r.event('checkpoint', phase=s.phase, epoch=s.epoch, step=s.step)
 
@@ -1009,9 +1065,11 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
     if s is None: s = await self._initial_state(r); self._save(r, s)
     if show: report.show_report({'forecast': self.forecast_table(s.forecast)}, f'{run_id} · forecast for {cfg.epochs} epochs (gates at their ladder caps: an upper bound)')
     from tqdm.auto import tqdm
+    budget = CallBudget(cfg.max_calls, used=self.training_calls(r.rid))
     with tqdm(desc=f'train {run_id}', unit='step', disable=not self.progress, initial=s.global_step) as bar:
         while s.phase != 'done':
-            s = await self._advance(r, s); self._save(r, s)
+            s = await self._advance_within(r, s, budget); self._save(r, s)
+            r.event('budget', calls=budget.used, skills_current=s.skills_current)
             bar.n = s.global_step; bar.set_postfix(epoch=s.epoch, phase=s.phase, best=f'{s.best_accuracy:.3f}'); bar.refresh()
     self.log.finish_run(r.rid)
     return TrainResult(run_id, r.rid, s, read_json(r.dir/'metrics.json'), r.dir)

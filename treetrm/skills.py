@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_skills.ipynb #3f64d596
 from __future__ import annotations
-import os, re, shutil, tempfile
+import copy, functools, os, re, shutil, tempfile
 from dataclasses import dataclass, asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,10 +87,15 @@ def split_front_matter(text:str, # the whole skill file
     return text[:m.end()], text[m.end():]
 
 # %% ../nbs/04_skills.ipynb #e26b1274
+@functools.lru_cache(maxsize=4096)
+def _parsed_yaml(text:str):
+    "yaml.safe_load, remembered: a training run reads the same few front matters thousands of times."
+    return yaml.safe_load(text)
+
 def _load_yaml(block:str, file:str|None) -> dict:
     "Parse the YAML of a front matter block into a dict, errors naming file and line."
     inner = block.split('\n', 1)[1].rsplit('---', 1)[0]
-    try: meta = yaml.safe_load(inner)
+    try: meta = copy.deepcopy(_parsed_yaml(inner))  # a copy: callers may change what they get
     except yaml.YAMLError as e:
         mark = getattr(e, 'problem_mark', None)
         raise DataError(where(f'front matter is not valid YAML ({getattr(e, "problem", None) or e})', 'Fix the YAML between the --- lines',
