@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_data.ipynb #6524b931
 from __future__ import annotations
-import json, re
+import functools, json, re
 from dataclasses import dataclass, asdict, field, fields
 from functools import partial
 from pathlib import Path
@@ -437,7 +437,15 @@ def _tree_header(data, file:Path) -> tuple[str, float|None, dict]:
 def load_tree(path:str|Path # a tree.json, or the folder holding it
              ) -> VideoTree:
     "Load and check one video tree; any problem is a `DataError` naming file, node and field."
-    file = _tree_file(path); _read_text(file)
+    file = _tree_file(path)
+    st = file.stat() if file.is_file() else None
+    if st is None: _read_text(file)  # the clear error
+    return _checked_tree(str(file), str(file.resolve()), st.st_mtime_ns, st.st_size)
+
+@functools.lru_cache(maxsize=512)
+def _checked_tree(file:str, resolved:str, mtime_ns:int, size:int) -> VideoTree:
+    "One tree file parsed and checked, remembered while the file is unchanged (a `VideoTree` is frozen; treat cards as read-only)."
+    file = Path(file); _read_text(file)
     vid, dur, raw = _tree_header(read_json(file), file)
     err = partial(_node_error, file)
     fields = {nid: _node_fields(r, partial(err, nid)) for nid, r in raw.items()}

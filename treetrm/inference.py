@@ -123,8 +123,7 @@ def run_params(s:InferenceSettings) -> dict:
 
 def errored_question_ids(log:HarnessLog, run_id:str, questions:list[Question]) -> set[str]:
     "Ids of `questions` whose stored record in `run_id` ended on stop reason 'error' (the endpoint failed)."
-    failed = set(log.frame('predictions', run_id, stop_reason='error')['question_id'].to_list())
-    return failed & {q.question_id for q in questions}
+    return log.done_question_ids(run_id, [q.question_id for q in questions], stop_reason='error')
 
 # %% ../nbs/07_inference.ipynb #17b7bbb2
 async def _answer_and_save(q:Question, tree:VideoTree, s:InferenceSettings, log:HarnessLog, sem:asyncio.Semaphore, bar):
@@ -160,13 +159,14 @@ async def run_inference(questions:list[Question], # the questions to answer
                         progress:bool=True, # show a progress bar
                         prompts_dir:str|Path|None=None, # agent prompts folder (default: project prompts/agent)
                         temperature:float=0.0, # sampling temperature
-                        retry_errors:bool=False # recompute questions whose stored record ended on stop reason 'error'
-                       ) -> InferenceResult:
+                        retry_errors:bool=False, # recompute questions whose stored record ended on stop reason 'error'
+                        summarise:bool=True # return the run's `InferenceResult` (False: None, for callers that read the rows themselves)
+                       ) -> InferenceResult|None:
     "Answer `questions` with the agent, persist every record, skip questions `run_id` already holds."
     check_run_id(run_id); check_count(concurrency, 'concurrency'); _check_questions(questions, run_id)
     s = InferenceSettings(run_id, provider, load_skill_dir(skills_dir), load_agent_prompts(prompts_dir), mode, max_steps, seed, vision, temperature)
     retry = errored_question_ids(log, run_id, questions) if retry_errors else set()
-    done = log.done_question_ids(run_id) - retry
+    done = log.done_question_ids(run_id, [q.question_id for q in questions]) - retry
     todo = [q for q in questions if q.question_id not in done]
     trees = load_trees(trees_dir, sorted({q.video_id for q in todo})) if todo else {}
     log.start_run(run_id, kind, skills_version, prompts_version, run_params(s))
@@ -175,4 +175,4 @@ async def run_inference(questions:list[Question], # the questions to answer
         try: await _run_all(todo, trees, s, log, concurrency, bar)
         except BaseException: log.finish_run(run_id, 'failed'); raise
     log.finish_run(run_id, 'finished')
-    return replace(run_summary(log, run_id), n_new=len(todo))
+    return replace(run_summary(log, run_id), n_new=len(todo)) if summarise else None

@@ -385,10 +385,15 @@ def runs(self:HarnessLog) -> pl.DataFrame:
 
 # %% ../nbs/06_log.ipynb #cced238b
 @patch
-def done_question_ids(self:HarnessLog, run_id:str) -> set[str]:
+def done_question_ids(self:HarnessLog, run_id:str,
+                      question_ids=None, # only among these questions (None: all of the run's)
+                      stop_reason:str|None=None # only predictions that ended so (None: any)
+                     ) -> set[str]:
     "Question ids with a persisted prediction in `run_id`."
-    with self._read() as conn:
-        return {r[0] for r in conn.execute('SELECT question_id FROM predictions WHERE run_id = ?', (check_run_id(run_id),))}
+    sql, params = 'SELECT question_id FROM predictions WHERE run_id = ?', [check_run_id(run_id)]
+    if stop_reason is not None: sql, params = sql + ' AND stop_reason = ?', params + [stop_reason]
+    with self._read() as conn: got = {r[0] for r in conn.execute(sql, params)}
+    return got if question_ids is None else got & set(question_ids)
 
 @patch
 def drop_predictions(self:HarnessLog, run_id:str, # the run
@@ -403,9 +408,14 @@ def drop_predictions(self:HarnessLog, run_id:str, # the run
         return conn.total_changes - before
 
 @patch
-def predictions(self:HarnessLog, run_id:str) -> pl.DataFrame:
+def predictions(self:HarnessLog, run_id:str,
+                question_ids=None # only these questions (None: all of the run's)
+               ) -> pl.DataFrame:
     "The predictions of `run_id`, sorted by question id."
-    return self.frame('predictions', check_run_id(run_id))
+    if question_ids is None: return self.frame('predictions', check_run_id(run_id))
+    t, ids = table_spec('predictions'), list(question_ids)
+    sql = f'SELECT {", ".join(t.columns)} FROM predictions WHERE run_id = ? AND question_id IN ({", ".join("?" * len(ids))}) ORDER BY {", ".join(t.key)}'
+    with self._read() as conn: return rows_frame(t, conn.execute(sql, [check_run_id(run_id), *ids]).fetchall())
 
 @patch
 def accuracy(self:HarnessLog, run_id:str) -> float:

@@ -142,7 +142,7 @@ async def train_with_rule(runner:Runner, rule:str, max_calls:int) -> tuple[list,
     "Train once with `rule` up to `max_calls`; (timeline of (calls, current version), decision log)."
     timeline = [(0, runner.resolve_version('seed'))]
     def on_event(name, info):
-        if name == 'budget': timeline.append((info['calls'], info['skills_current']))
+        if name == 'checkpoint' and info['calls'] is not None: timeline.append((info['calls'], info['skills_current']))
     acc = oracle_rule(runner.data_dir) if rule == 'oracle' else rule
     res = await runner.train(f'bench-{rule}', acceptance=acc, on_event=on_event)
     return timeline, list(res.state.decisions)

@@ -295,7 +295,7 @@ def resolve_version(self:Runner, version:str) -> str:
 
 @patch
 async def _infer(self:Runner, questions, run_id:str, skills_version:str|None=None, *, kind:str='infer', skills_dir=None,
-                 prompts_version:str|None=None, progress:bool|None=None) -> InferenceResult:
+                 prompts_version:str|None=None, progress:bool|None=None, summarise:bool=True) -> InferenceResult|None:
     "Run the agent on `questions` under `run_id` (resumable), filing its model calls under the run."
     token = CURRENT_RUN.set(run_id)
     try:
@@ -304,7 +304,7 @@ async def _infer(self:Runner, questions, run_id:str, skills_version:str|None=Non
                                    skills_dir=skills_dir or self.skills.path(skills_version), concurrency=self.concurrency, max_steps=self.config.max_steps,
                                    seed=self.seed, kind=kind, skills_version=skills_version, prompts_version=pv, vision=self.providers.get('vision'),
                                    progress=self.progress if progress is None else progress, prompts_dir=self.prompts.path(pv) if pv else None,
-                                   retry_errors=True)
+                                   retry_errors=True, summarise=summarise)
     finally: CURRENT_RUN.reset(token); self.recorder.flush()
 
 # %% ../nbs/17_runner.ipynb #c76c73f4
@@ -379,9 +379,12 @@ def unit_evaluator(self:Runner, req:GateRequest):
     async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
         base = arm == 'base'
         rid = base_arm_run_id(req.run_id, req.base_version, req.prompts_version, unit.task_type) if base else gate_run_id(req.run_id, req.gate_id, unit.task_type, arm)
+        have = self.log.predictions(rid, unit.question_ids)
+        if have.height == len(unit.question_ids) and 'error' not in have['stop_reason'].to_list():  # answered before (a cached base arm)
+            return unit_outcome_from_predictions(unit, have)
         await self._infer(unit.questions, rid, req.base_version if base else None, kind='gate', skills_dir=skills_dir,
-                          prompts_version=req.prompts_version, progress=False)
-        return unit_outcome_from_predictions(unit, self.log.frame('predictions', rid).filter(pl.col('question_id').is_in(list(unit.question_ids))))
+                          prompts_version=req.prompts_version, progress=False, summarise=False)
+        return unit_outcome_from_predictions(unit, self.log.predictions(rid, unit.question_ids))
     return evaluate
 
 async def gate_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
@@ -401,8 +404,12 @@ async def _paired_runs(runner:Runner, req:GateRequest, units_of:dict, arm:str='c
         async with sem: return await evaluate(u, a, d)
     with materialised_candidates(req.candidates, runner.skills.path(req.base_version), candidates_root(runner.workspace, f'{req.gate_id}_{arm}')) as dirs:
         base_dir = runner.skills.path(req.base_version)
-        jobs = {t: [asyncio.gather(one(u, 'base', base_dir), one(u, arm, dirs[t])) for u in us] for t, us in units_of.items()}
-        done = {t: await asyncio.gather(*js) for t, js in jobs.items()}
+        jobs = [(t, u, asyncio.ensure_future(asyncio.gather(one(u, 'base', base_dir), one(u, arm, dirs[t])))) for t, us in units_of.items() for u in us]
+        try: await asyncio.gather(*(j for _, _, j in jobs))
+        finally:  # a failure (a spent budget) cancels the rest: no task outlives the rule
+            for _, _, j in jobs: j.cancel()
+            await asyncio.gather(*(j for _, _, j in jobs), return_exceptions=True)
+        done = {t: [j.result() for tt, _, j in jobs if tt == t] for t in units_of}
     return {t: [(u, b, c) for u, (b, c) in zip(units_of[t], done[t]) if not (b.infra or c.infra)] for t in units_of}
 
 def _counts(triples) -> tuple[int, int, int, int, int]:
@@ -1043,8 +1050,10 @@ async def _advance_within(self:Runner, r:_TrainRun, s:TrainState, budget:CallBud
     finally: CALL_BUDGET.reset(token)
 
 @patch
-def _save(self:Runner, r:_TrainRun, s:TrainState):
-    save_checkpoint(r.checkpoint, s); r.event('checkpoint', phase=s.phase, epoch=s.epoch, step=s.step)
+def _save(self:Runner, r:_TrainRun, s:TrainState, budget:CallBudget|None=None):
+    "Checkpoint the state, then tell `on_event` (with the calls made so far and the current skills)."
+    save_checkpoint(r.checkpoint, s)
+    r.event('checkpoint', phase=s.phase, epoch=s.epoch, step=s.step, calls=budget.used if budget else None, skills_current=s.skills_current)
 
 @patch
 async def train(self:Runner, run_id:str='v1', # the training run; the same id resumes it
@@ -1068,8 +1077,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
     budget = CallBudget(cfg.max_calls, used=self.training_calls(r.rid))
     with tqdm(desc=f'train {run_id}', unit='step', disable=not self.progress, initial=s.global_step) as bar:
         while s.phase != 'done':
-            s = await self._advance_within(r, s, budget); self._save(r, s)
-            r.event('budget', calls=budget.used, skills_current=s.skills_current)
+            s = await self._advance_within(r, s, budget); self._save(r, s, budget)
             bar.n = s.global_step; bar.set_postfix(epoch=s.epoch, phase=s.phase, best=f'{s.best_accuracy:.3f}'); bar.refresh()
     self.log.finish_run(r.rid)
     return TrainResult(run_id, r.rid, s, read_json(r.dir/'metrics.json'), r.dir)

@@ -180,10 +180,15 @@ def skill_file(task_type:str|None) -> str:
     return skill_slug(task_type) + '.md'
 
 # %% ../nbs/04_skills.ipynb #5b339646
+@functools.lru_cache(maxsize=2048)
+def _parsed_skill(text:str, name:str) -> Skill:
+    "parse_skill, remembered by content (a `Skill` is frozen): a training run loads the same versions thousands of times."
+    return parse_skill(text, file=name)
+
 def check_skill_files(files:dict[str,str] # file name -> file text; non-`.md` names are ignored
                      ) -> dict[str,Skill]:
     "Parse skill texts and check slug file names and unique names."
-    skills = {n: parse_skill(t, file=n) for n, t in sorted(files.items()) if n.endswith('.md')}
+    skills = {n: _parsed_skill(t, n) for n, t in sorted(files.items()) if n.endswith('.md')}
     names = {}
     for n, s in skills.items():
         if s.task_type is not None and n != (want := skill_file(s.task_type)):
