@@ -4,7 +4,7 @@
 
 # %% ../nbs/17a_loop_bench.ipynb #0c771a4c
 from __future__ import annotations
-import asyncio, concurrent.futures as cf, math, multiprocessing as mp, shutil, tempfile, time
+import asyncio, concurrent.futures as cf, contextlib, math, multiprocessing as mp, os, shutil, tempfile, time
 from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 import polars as pl
@@ -22,8 +22,9 @@ __all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'EF
            'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'oracle_rule', 'CellSpec', 'grid_cells', 'BenchSettings',
            'train_config', 'world_runner', 'calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin',
            'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule', 'run_world', 'mean_ci', 'rule_summary',
-           'share_of', 'cell_summary', 'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid',
-           'plot_frontier', 'plot_budget', 'loop_table', 'write_loop_bench', 'show_loop_bench']
+           'share_of', 'cell_summary', 'single_threaded_polars', 'run_grid', 'realistic_world', 'cell_budget',
+           'full_grid', 'reduced_grid', 'plot_frontier', 'plot_budget', 'loop_table', 'write_loop_bench',
+           'show_loop_bench']
 
 # %% ../nbs/17a_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
@@ -79,6 +80,7 @@ class BenchSettings:
     run_seed: int = 0 # seed of the runs and the sim roles
     one_call: bool = True # the one-call simulated agent (the world's probability, one call a question)
     curve: tuple = (0.5, 1.0, 2.0) # budget multiples of the gain-vs-budget curve; runs go to the largest
+    engine_curve: bool = True # the GEPA engine runs once per multiple of the curve (False: at 1x only; its curve then has one point)
     split: dict|None = None # split settings (None: DEFAULT_GRID_SPLIT)
 
 DEFAULT_GRID_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.2, report_floor=10, floor_k={}, val_ratio=0.75, val_wrong_min=5)
@@ -161,7 +163,7 @@ async def run_world(spec:dict, seed:int, rules, budget:int, settings:BenchSettin
         if rule == 'gepa_engine':
             from treetrm.gepa_engine import gepa_engine_train
             curve = {}
-            for x in settings.curve:
+            for x in (settings.curve if settings.engine_curve else (1.0,)):
                 res = await gepa_engine_train(runner, f'bench-gepa_engine-x{x:g}', max_calls=int(x * budget), seed=settings.run_seed)
                 curve[x] = (seed_files | res.best_files, res.calls)
             files, calls = curve[1.0]
@@ -195,6 +197,7 @@ def rule_summary(runs:list[dict], oracle:dict[int, float]|None) -> dict:
                regret=mean_ci([oracle[r['seed']] - r['gain'] for r in runs]) if oracle else None,
                calls={k: sum(r['calls'][k] for r in runs) / len(runs) for k in ('agent', 'judge', 'evolver')},
                gain_by_budget={x: sum(r['gain_by_budget'][x] for r in runs) / len(runs) for x in runs[0]['gain_by_budget']},
+               wall_s=sum(r['wall_s'] for r in runs),
                runs=[dict(seed=r['seed'], gain=r['gain'], worse_than_seed=r['worse_than_seed'], harmful_points=r['harmful_points'],
                           gain_by_budget=r['gain_by_budget'], calls=r['calls'], wall_s=r['wall_s']) for r in runs])
     bins = [r['bins'] for r in runs if r['bins']]
@@ -211,6 +214,16 @@ def cell_summary(cell:CellSpec, seeds, rows:list[dict]) -> dict:
     return dict(world=cell.world, budget=cell.budget, seeds=list(seeds), rules={rule: rule_summary(rs, oracle) for rule, rs in by.items()})
 
 # %% ../nbs/17a_loop_bench.ipynb #03348576
+@contextlib.contextmanager
+def single_threaded_polars():
+    "Worker processes started inside get POLARS_MAX_THREADS=1: a grid is parallel across processes, and polars' thread pool costs more than it saves on the loop's tiny frames."
+    old = os.environ.get('POLARS_MAX_THREADS')
+    os.environ['POLARS_MAX_THREADS'] = '1'
+    try: yield
+    finally:
+        if old is None: os.environ.pop('POLARS_MAX_THREADS')
+        else: os.environ['POLARS_MAX_THREADS'] = old
+
 def _job(args) -> list[dict]:
     "One (world, seed) of the grid in a worker process (a fresh interpreter: asyncio.run is its event loop)."
     spec, seed, rules, budget, settings, workdir = args
@@ -237,7 +250,7 @@ async def run_grid(worlds:list[dict], # world specs: make_world arguments withou
             results = []
             for k, j in enumerate(jobs): results.append(await run_world(*j)); say(k, results[-1])
         else:
-            with cf.ProcessPoolExecutor(processes, mp_context=mp.get_context('spawn')) as pool:
+            with single_threaded_polars(), cf.ProcessPoolExecutor(processes, mp_context=mp.get_context('spawn')) as pool:
                 futs = [asyncio.wrap_future(pool.submit(_job, j)) for j in jobs]
                 for k, f in enumerate(futs): say(k, await f)
                 results = [f.result() for f in futs]
