@@ -22,8 +22,8 @@ __all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'EF
            'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'oracle_rule', 'CellSpec', 'grid_cells', 'BenchSettings',
            'train_config', 'world_runner', 'calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin',
            'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule', 'run_world', 'mean_ci', 'rule_summary',
-           'share_of', 'cell_summary', 'single_threaded_polars', 'run_grid', 'realistic_world', 'cell_budget',
-           'full_grid', 'reduced_grid', 'plot_frontier', 'plot_budget', 'loop_table', 'write_loop_bench',
+           'share_of', 'verdict', 'cell_summary', 'single_threaded_polars', 'run_grid', 'realistic_world',
+           'cell_budget', 'full_grid', 'reduced_grid', 'plot_frontier', 'plot_budget', 'loop_table', 'write_loop_bench',
            'show_loop_bench']
 
 # %% ../nbs/17a_loop_bench.ipynb #82282a2f
@@ -206,12 +206,24 @@ def rule_summary(runs:list[dict], oracle:dict[int, float]|None) -> dict:
 
 def share_of(part:int, whole:int) -> dict: return dict(delivered=part, gated=whole, rate=part / whole if whole else None)
 
+def verdict(rules:dict) -> dict:
+    "The gate against the other practical rules of a cell (not the oracle), decidable on ties: gain at least theirs, risk at most theirs."
+    others = {r: v for r, v in rules.items() if r not in ('gate', 'oracle')}
+    if 'gate' not in rules or not others: return dict(compared=False)
+    g = rules['gate']
+    best = max(others, key=lambda r: others[r]['gain']['mean'])
+    return dict(compared=True, best_other=best, gain_at_least_best_other=g['gain']['mean'] >= others[best]['gain']['mean'],
+                risk_at_most_every_other=all(g['p_worse_than_seed'] <= v['p_worse_than_seed'] for v in others.values()),
+                harm_at_most_every_other=all(g['harmful_points'] <= v['harmful_points'] for v in others.values()),
+                share_of_oracle=g['gain']['mean'] / rules['oracle']['gain']['mean'] if rules.get('oracle', {}).get('gain', {}).get('mean') else None)
+
 def cell_summary(cell:CellSpec, seeds, rows:list[dict]) -> dict:
-    "A cell of loop.json: its world, budget, seeds and per-rule summaries."
+    "A cell of loop.json: its world, budget, seeds, per-rule summaries and the gate's verdict."
     rules = list(dict.fromkeys(r['rule'] for r in rows))
     by = {rule: sorted((r for r in rows if r['rule'] == rule), key=lambda r: r['seed']) for rule in rules}
     oracle = {r['seed']: r['gain'] for r in by.get('oracle', [])} or None
-    return dict(world=cell.world, budget=cell.budget, seeds=list(seeds), rules={rule: rule_summary(rs, oracle) for rule, rs in by.items()})
+    summaries = {rule: rule_summary(rs, oracle) for rule, rs in by.items()}
+    return dict(world=cell.world, budget=cell.budget, seeds=list(seeds), rules=summaries, verdict=verdict(summaries))
 
 # %% ../nbs/17a_loop_bench.ipynb #03348576
 @contextlib.contextmanager
@@ -225,9 +237,9 @@ def single_threaded_polars():
         else: os.environ['POLARS_MAX_THREADS'] = old
 
 def _job(args) -> list[dict]:
-    "One (world, seed) of the grid in a worker process (a fresh interpreter: asyncio.run is its event loop)."
+    "One (world, seed) of the grid in a worker process: a fresh interpreter with no event loop, so it owns one."
     spec, seed, rules, budget, settings, workdir = args
-    return asyncio.run(run_world(spec, seed, rules, budget, settings, workdir))
+    with asyncio.Runner() as loop: return loop.run(run_world(spec, seed, rules, budget, settings, workdir))
 
 async def run_grid(worlds:list[dict], # world specs: make_world arguments without the seed
                    rules=BENCH_RULES, # rules to compare, names of BENCH_RULES
@@ -337,4 +349,5 @@ def write_loop_bench(summary:dict, out:str|Path # the JSON file; relative paths 
 
 def show_loop_bench(summary:dict):
     "Display the table and the figures inline."
-    report.show_report({'table': loop_table(summary), 'frontier': plot_frontier(summary), 'budget': plot_budget(summary)}, 'loop benchmark')
+    verdicts = pl.DataFrame([dict(cell=i, world=_cell_title(c), **{k: str(v) for k, v in c['verdict'].items()}) for i, c in enumerate(summary['cells'])])
+    report.show_report({'table': loop_table(summary), 'verdict': verdicts, 'frontier': plot_frontier(summary), 'budget': plot_budget(summary)}, 'loop benchmark')
