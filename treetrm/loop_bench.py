@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 from scipy.stats import t as t_dist
 from matplotlib.figure import Figure
-from .core import ConfigError, where, atomic_write_json, sha256_json, project_root, stable_seed
+from .core import ConfigError, where, atomic_write_json, read_json, sha256_json, project_root, stable_seed
 from .sim import make_world, SimAgent, SimJudge, SimEvolver, load_world, true_accuracy, skill_files, type_skill_text, skill_rules, world_questions
 from .skills import DEFAULT_SKILL
 from .runner import Runner, ACCEPTANCE_RULES, Acceptance, GateRequest, _ladders_of
@@ -22,9 +22,9 @@ __all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'EF
            'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'oracle_rule', 'CellSpec', 'grid_cells', 'BenchSettings',
            'train_config', 'world_runner', 'calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin',
            'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule', 'run_world', 'mean_ci', 'rule_summary',
-           'share_of', 'verdict', 'cell_summary', 'single_threaded_polars', 'run_grid', 'realistic_world',
-           'cell_budget', 'full_grid', 'reduced_grid', 'plot_frontier', 'plot_budget', 'loop_table', 'write_loop_bench',
-           'show_loop_bench']
+           'share_of', 'verdict', 'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job', 'run_grid',
+           'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'plot_frontier', 'plot_budget', 'loop_table',
+           'write_loop_bench', 'show_loop_bench']
 
 # %% ../nbs/17a_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
@@ -236,10 +236,22 @@ def single_threaded_polars():
         if old is None: os.environ.pop('POLARS_MAX_THREADS')
         else: os.environ['POLARS_MAX_THREADS'] = old
 
+def job_rows_file(spec:dict, seed:int, rules, budget:int, settings:BenchSettings, workdir) -> Path:
+    "Where a finished (world, seed) job keeps its rows: named by everything that decides them."
+    return Path(workdir)/f'rows-{sha256_json([spec, seed, list(rules), budget, asdict(settings)])[:12]}.json'
+
+async def run_job(spec:dict, seed:int, rules, budget:int, settings:BenchSettings, workdir) -> list[dict]:
+    "`run_world`, remembered: a finished job's rows are read back; an unfinished one starts again from a clean workspace."
+    done = job_rows_file(spec, seed, rules, budget, settings, workdir)
+    if done.exists(): return read_json(done)
+    shutil.rmtree(Path(workdir)/f'w{seed}-{sha256_json(spec)[:10]}'/'workspace', ignore_errors=True)
+    rows = await run_world(spec, seed, rules, budget, settings, workdir)
+    atomic_write_json(done, rows)
+    return rows
+
 def _job(args) -> list[dict]:
     "One (world, seed) of the grid in a worker process: a fresh interpreter with no event loop, so it owns one."
-    spec, seed, rules, budget, settings, workdir = args
-    with asyncio.Runner() as loop: return loop.run(run_world(spec, seed, rules, budget, settings, workdir))
+    with asyncio.Runner() as loop: return loop.run(run_job(*args))
 
 async def run_grid(worlds:list[dict], # world specs: make_world arguments without the seed
                    rules=BENCH_RULES, # rules to compare, names of BENCH_RULES
@@ -250,25 +262,25 @@ async def run_grid(worlds:list[dict], # world specs: make_world arguments withou
                    workdir:str|Path|None=None, # where worlds and workspaces go (None: a temporary folder, removed afterwards)
                    verbose:bool=True # one line per finished (world, seed)
                   ) -> dict:
-    "Train every rule on every (world, seed) at the cell's budget; the truth-scored summary in loop.json's shape."
+    "Train every rule on every (world, seed) at the cell's budget; the truth-scored summary in loop.json's shape (finished jobs in `workdir` are reused)."
     settings, t0 = settings or BenchSettings(), time.perf_counter()
     if bad := [r for r in rules if r not in BENCH_RULES]: raise ConfigError(where(f'unknown benchmark rules {bad}', f'Use some of {BENCH_RULES}', field='rules'))
     cells = grid_cells(worlds, budget)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-grid-'))
-    jobs = [(c.world, s, tuple(rules), c.budget, settings, str(work/f'cell{i}')) for i, c in enumerate(cells) for s in seeds]
-    say = (lambda k, rows: print(f'cell {k // len(seeds)} seed {jobs[k][1]}: ' + ', '.join(f"{r['rule']} {r['gain']:+.2f}" for r in rows), flush=True)) if verbose else (lambda *_: None)
+    keys = [(i, s) for s in seeds for i in range(len(cells))]  # seed by seed: an interrupted grid has whole seeds done
+    jobs = {(i, s): (cells[i].world, s, tuple(rules), cells[i].budget, settings, str(work/f'cell{i}')) for i, s in keys}
+    say = (lambda k, rows: print(f'cell {k[0]} seed {k[1]}: ' + ', '.join(f"{r['rule']} {r['gain']:+.2f}" for r in rows), flush=True)) if verbose else (lambda *_: None)
+    results = {}
     try:
         if processes <= 1:
-            results = []
-            for k, j in enumerate(jobs): results.append(await run_world(*j)); say(k, results[-1])
+            for k in keys: results[k] = await run_job(*jobs[k]); say(k, results[k])
         else:
             with single_threaded_polars(), cf.ProcessPoolExecutor(processes, mp_context=mp.get_context('spawn')) as pool:
-                futs = [asyncio.wrap_future(pool.submit(_job, j)) for j in jobs]
-                for k, f in enumerate(futs): say(k, await f)
-                results = [f.result() for f in futs]
+                futs = {k: asyncio.wrap_future(pool.submit(_job, jobs[k])) for k in keys}
+                for k, f in futs.items(): results[k] = await f; say(k, results[k])
     finally:
         if workdir is None: shutil.rmtree(work, ignore_errors=True)
-    out = [cell_summary(c, seeds, [r for k, rs in enumerate(results) if k // len(seeds) == i for r in rs]) for i, c in enumerate(cells)]
+    out = [cell_summary(c, seeds, [r for s in seeds for r in results[(i, s)]]) for i, c in enumerate(cells)]
     return dict(cells=out, rules={r: RULE_DESCRIPTIONS[r] for r in rules}, settings=asdict(settings), wall_s=round(time.perf_counter() - t0, 1),
                 units=dict(gain='accuracy points on the test pool, exact expectation (sim.true_accuracy)', budget='model calls of every role per run',
                            ci='95% t interval over world seeds (clustered by world seed)'))
@@ -284,9 +296,9 @@ def realistic_world(effects:str='balanced', flip_rate:float=0.2, val_units:int=6
                 realism=dict(effects=effects, flip_rate=flip_rate))
 
 def cell_budget(world:dict) -> int:
-    "25 calls per validation unit of a gated type."
+    "10 calls per validation unit of a gated type: 5x the validation pool at 1x, 10x at the curve's 2x."
     units = next(u for u, v in VIDEOS_FOR_UNITS.items() if v == world['n_videos'])
-    return 25 * units
+    return 10 * units
 
 def full_grid() -> list[dict]: return [realistic_world(m, f, u) for m in MIXTURES for f in NOISE for u in VIDEOS_FOR_UNITS]
 def reduced_grid() -> list[dict]: return [realistic_world('balanced', 0.2, 60)]
