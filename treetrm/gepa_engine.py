@@ -17,13 +17,13 @@ from .skills import DEFAULT_SKILL, skill_file
 from .diagnose import diagnose, case_packs
 from .evolve import propose_edits, Blacklist
 from .validate import _check_plain_id
-from .runner import Runner, CURRENT_RUN, CALL_BUDGET
+from .runner import Runner, CURRENT_RUN, CALL_BUDGET, filed_under, call_budget
 
 # %% auto #0
 __all__ = ['gepa_task_types', 'seed_candidate', 'gepa_sets', 'candidate_dir', 'example_score', 'trajectories', 'WatchedBudget',
-           'BudgetStopper', 'private_loop', 'filed_under', 'call_budget', 'check_no_running_loop', 'GepaRun',
-           'reflective_dataset', 'propose_text', 'MissedComponentSelector', 'TreeTrmAdapter', 'GepaEngineResult',
-           'calls_by_role', 'best_index', 'run_gepa_engine', 'gepa_engine_train']
+           'BudgetStopper', 'private_loop', 'check_no_running_loop', 'GepaRun', 'reflective_dataset', 'propose_text',
+           'MissedComponentSelector', 'TreeTrmAdapter', 'GepaEngineResult', 'calls_by_role', 'best_index',
+           'run_gepa_engine', 'gepa_engine_train']
 
 # %% ../nbs/17b_gepa_engine.ipynb #276cbc09
 def gepa_task_types(runner:Runner # a runner whose split is done
@@ -106,20 +106,6 @@ def private_loop():
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
-
-@contextmanager
-def filed_under(run_id:str):
-    "Model calls made inside are filed under `run_id` (sets `CURRENT_RUN`)."
-    token = CURRENT_RUN.set(run_id)
-    try: yield
-    finally: CURRENT_RUN.reset(token)
-
-@contextmanager
-def call_budget(budget:CallBudget):
-    "Every model call made inside takes from `budget` (sets `CALL_BUDGET`)."
-    token = CALL_BUDGET.set(budget)
-    try: yield
-    finally: CALL_BUDGET.reset(token)
 
 def check_no_running_loop(what:str):
     "A `ConfigError` when this thread runs an event loop (a synchronous engine would block it)."

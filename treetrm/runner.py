@@ -5,6 +5,7 @@
 # %% ../nbs/17_runner.ipynb #03a4b3f3
 from __future__ import annotations
 import asyncio, contextvars, math, random, time, uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace, asdict
 from pathlib import Path
 from typing import Callable, Mapping
@@ -35,18 +36,32 @@ from . import report
 
 # %% auto #0
 __all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'ACCEPTANCE_RULES', 'DELIVER', 'DEFAULT_SPLIT', 'TRAIN_ROLES', 'BASELINE_RUN',
-           'ACCEPTANCE', 'current_run_id', 'request_key', 'CallRecorder', 'RecordedProvider', 'TrainConfig',
-           'train_config', 'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early',
-           'probation_pairs', 'rule_kinds', 'GateRequest', 'Acceptance', 'base_arm_run_id', 'rollout_run_id', 'Runner',
-           'gate_rule', 'greedy_rule', 'margin_ok', 'posterior_better', 'greedy_margin_rule', 'bayes_rule',
-           'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule', 'gepa_veto_rule', 'split_reserve',
-           'cap_ladder', 'role_usage', 'forecast_usage', 'dual_metric_rows', 'holdout_rows', 'confirmed_rule_counts',
-           'decision_tally', 'delivered_version', 'TrainResult']
+           'ACCEPTANCE', 'filed_under', 'call_budget', 'current_run_id', 'request_key', 'CallRecorder',
+           'RecordedProvider', 'TrainConfig', 'train_config', 'apply_batch_correctness', 'guard_infra',
+           'tick_cooldowns', 'should_stop_early', 'probation_pairs', 'rule_kinds', 'GateRequest', 'Acceptance',
+           'base_arm_run_id', 'rollout_run_id', 'Runner', 'gate_rule', 'greedy_rule', 'margin_ok', 'posterior_better',
+           'greedy_margin_rule', 'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule',
+           'gepa_veto_rule', 'split_reserve', 'cap_ladder', 'role_usage', 'forecast_usage', 'dual_metric_rows',
+           'holdout_rows', 'confirmed_rule_counts', 'decision_tally', 'delivered_version', 'TrainResult']
 
 # %% ../nbs/17_runner.ipynb #ed286037
 CURRENT_RUN: contextvars.ContextVar = contextvars.ContextVar('treetrm_current_run', default=None)
 
 CALL_BUDGET: contextvars.ContextVar = contextvars.ContextVar('treetrm_call_budget', default=None)
+
+@contextmanager
+def filed_under(run_id:str):
+    "Model calls made inside are filed under `run_id` (sets `CURRENT_RUN`)."
+    token = CURRENT_RUN.set(run_id)
+    try: yield
+    finally: CURRENT_RUN.reset(token)
+
+@contextmanager
+def call_budget(budget:CallBudget|None):
+    "Every model call made inside takes from `budget` (sets `CALL_BUDGET`; None: no budget)."
+    token = CALL_BUDGET.set(budget)
+    try: yield
+    finally: CALL_BUDGET.reset(token)
 
 def current_run_id() -> str|None:
     "The run that model calls made now are filed under."
@@ -1042,12 +1057,11 @@ def training_calls(self:Runner, rid:str) -> int:
 async def _advance_within(self:Runner, r:_TrainRun, s:TrainState, budget:CallBudget) -> TrainState:
     "`_advance` under the hard call budget: a spent budget ends training at the last completed step, with nothing of the cut one kept."
     if s.phase == 'final': return await self._advance(r, s)  # the final test is not training: outside the budget
-    token = CALL_BUDGET.set(budget)
-    try: return await self._advance(r, s)
+    try:
+        with call_budget(budget): return await self._advance(r, s)
     except BudgetError:
         d = _decision(s, f'e{s.epoch}', None, 'budget', 'spent', calls=budget.used)
         return replace(s, phase='final', decisions=s.decisions + (d,))
-    finally: CALL_BUDGET.reset(token)
 
 @patch
 def _save(self:Runner, r:_TrainRun, s:TrainState, budget:CallBudget|None=None):
