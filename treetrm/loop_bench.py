@@ -192,9 +192,10 @@ def mean_ci(xs:list[float], level:float=0.95) -> dict:
 def rule_summary(runs:list[dict], oracle:dict[int, float]|None) -> dict:
     "One rule in one cell, over its world seeds."
     gains = [r['gain'] for r in runs]
+    regret = mean_ci([oracle[r['seed']] - r['gain'] for r in runs]) if oracle else dict(mean=None, ci=None)
     out = dict(gain=mean_ci(gains), p_worse_than_seed=sum(r['worse_than_seed'] for r in runs) / len(runs),
                harmful_points=sum(r['harmful_points'] for r in runs) / len(runs),
-               regret=mean_ci([oracle[r['seed']] - r['gain'] for r in runs]) if oracle else None,
+               regret=regret['mean'], regret_ci=regret['ci'],
                calls={k: sum(r['calls'][k] for r in runs) / len(runs) for k in ('agent', 'judge', 'evolver')},
                gain_by_budget={x: sum(r['gain_by_budget'][x] for r in runs) / len(runs) for x in runs[0]['gain_by_budget']},
                wall_s=sum(r['wall_s'] for r in runs),
@@ -346,7 +347,7 @@ def loop_table(summary:dict) -> pl.DataFrame:
     "One row per (cell, rule): gain and interval, P(worse than seed), harm shipped, regret, calls."
     rows = [dict(cell=i, world=_cell_title(c), rule=rule, gain=v['gain']['mean'], gain_lo=v['gain']['ci'][0], gain_hi=v['gain']['ci'][1],
                  p_worse_than_seed=v['p_worse_than_seed'], harmful_points=v['harmful_points'],
-                 regret=v['regret']['mean'] if v['regret'] else None, **{f'{k}_calls': n for k, n in v['calls'].items()})
+                 regret=v['regret'], **{f'{k}_calls': n for k, n in v['calls'].items()})
             for i, c in enumerate(summary['cells']) for rule, v in c['rules'].items()]
     return pl.DataFrame(rows).with_columns(pl.col(pl.Float64).round(3))
 
