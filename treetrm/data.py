@@ -440,10 +440,10 @@ def load_tree(path:str|Path # a tree.json, or the folder holding it
     file = _tree_file(path)
     st = file.stat() if file.is_file() else None
     if st is None: _read_text(file)  # the clear error
-    return _checked_tree(str(file), str(file.resolve()), st.st_mtime_ns, st.st_size)
+    return _checked_tree(str(file), str(file.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
 
 @functools.lru_cache(maxsize=512)
-def _checked_tree(file:str, resolved:str, mtime_ns:int, size:int) -> VideoTree:
+def _checked_tree(file:str, resolved:str, inode:int, mtime_ns:int, size:int) -> VideoTree:
     "One tree file parsed and checked, remembered while the file is unchanged (a `VideoTree` is frozen; treat cards as read-only)."
     file = Path(file); _read_text(file)
     vid, dur, raw = _tree_header(read_json(file), file)

@@ -394,11 +394,11 @@ def unit_evaluator(self:Runner, req:GateRequest):
     async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
         base = arm == 'base'
         rid = base_arm_run_id(req.run_id, req.base_version, req.prompts_version, unit.task_type) if base else gate_run_id(req.run_id, req.gate_id, unit.task_type, arm)
-        have = self.log.predictions(rid, unit.question_ids)
-        if have.height == len(unit.question_ids) and 'error' not in have['stop_reason'].to_list():  # answered before (a cached base arm)
-            return unit_outcome_from_predictions(unit, have)
-        await self._infer(unit.questions, rid, req.base_version if base else None, kind='gate', skills_dir=skills_dir,
-                          prompts_version=req.prompts_version, progress=False, summarise=False)
+        ids = list(unit.question_ids)
+        answered = self.log.done_question_ids(rid, ids) - self.log.done_question_ids(rid, ids, stop_reason='error')
+        if len(answered) < len(ids):  # not answered before (a base arm is, once per version)
+            await self._infer(unit.questions, rid, req.base_version if base else None, kind='gate', skills_dir=skills_dir,
+                              prompts_version=req.prompts_version, progress=False, summarise=False)
         return unit_outcome_from_predictions(unit, self.log.predictions(rid, unit.question_ids))
     return evaluate
 

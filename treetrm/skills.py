@@ -197,12 +197,23 @@ def check_skill_files(files:dict[str,str] # file name -> file text; non-`.md` na
         names[s.name] = n
     return skills
 
+def _file_identity(p:Path) -> tuple:
+    "What tells an unchanged file: inode, size, modification time."
+    st = p.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
 def load_skill_dir(path:str|Path # a folder of skill files, e.g. a workspace's skills/v3
                   ) -> dict[str,Skill]:
     "Load every `*.md` skill of a folder, keyed by file name."
     path = Path(path)
     if not path.is_dir(): raise DataError(where('skill folder not found', 'Check the path, or run init_workspace first', folder=path))
-    files = {p.name: p.read_text(encoding='utf-8') for p in sorted(path.glob('*.md')) if p.is_file() and not p.name.startswith('.')}
+    listing = tuple((p.name, *_file_identity(p)) for p in sorted(path.glob('*.md')) if p.is_file() and not p.name.startswith('.'))
+    return dict(_loaded_skill_dir(str(path), listing))
+
+@functools.lru_cache(maxsize=256)
+def _loaded_skill_dir(path:str, listing:tuple) -> dict[str,Skill]:
+    "The checked skills of a folder, remembered while its files (names, sizes, modification times) are unchanged."
+    files = {name: (Path(path)/name).read_text(encoding='utf-8') for name, *_ in listing}
     try: return check_skill_files(files)
     except DataError as e: raise DataError(f'{e} (in {path})') from None
 
