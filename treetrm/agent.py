@@ -4,14 +4,14 @@
 
 # %% ../nbs/05_agent.ipynb #e195c4ab
 from __future__ import annotations
-import inspect, json, re, string, time
+import inspect, json, os, re, string, time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 import bm25s, json_repair
 import numpy as np
 from fastcore.basics import patch
-from .core import TreeTrmError, ConfigError, DataError, InfraError, BudgetError, where, project_root
+from .core import TreeTrmError, ConfigError, DataError, InfraError, BudgetError, where, project_root, file_identity
 from .data import (Question, VideoTree, Node, LEVEL_NAMES, node_summary, node_text, frame_path,
                           option_letters, option_text)
 from .llm import LLMProvider, LLMResponse
@@ -254,10 +254,12 @@ TOOL_FUNCTIONS = {'view_node': _tool_view_node, 'search': _tool_search, 'observe
                   'read_skill': _tool_read_skill, 'submit_answer': _tool_submit_answer}
 
 # %% ../nbs/05_agent.ipynb #553b8aa2
+_signature = lru_cache(maxsize=64)(inspect.signature)
+
 def _bind(fn, tools:AgentTools, tool:str, args:dict) -> inspect.BoundArguments:
     "Bind the model's arguments to a tool function, or a `ToolError` naming what is expected."
     if not isinstance(args, dict): raise ToolError(f'args of {tool} must be a JSON object')
-    sig = inspect.signature(fn)
+    sig = _signature(fn)
     try: return sig.bind(tools, **args)
     except TypeError as e:
         raise ToolError(f'bad arguments for {tool} ({e}); expected {", ".join(list(sig.parameters)[1:])}') from None
@@ -295,9 +297,16 @@ def load_agent_prompts(folder:str|Path|AgentPrompts|None=None # prompts folder (
     "Read the agent's prompt files from `folder`."
     if isinstance(folder, AgentPrompts): return folder
     folder = Path(folder) if folder is not None else default_prompts_dir()
-    if missing := [f for f in PROMPT_FILES if not (folder/f).is_file()]:
-        raise ConfigError(where(f'agent prompt file {missing[0]} is missing', f'A prompts folder needs {", ".join(PROMPT_FILES)}', file=folder/missing[0]))
-    return AgentPrompts(folder, {f: (folder/f).read_text(encoding='utf-8').strip() for f in PROMPT_FILES})
+    try: identities = tuple(file_identity(os.path.join(folder, f)) for f in PROMPT_FILES)  # one stat a file: this runs once per inference call
+    except (FileNotFoundError, NotADirectoryError):
+        missing = next(f for f in PROMPT_FILES if not (folder/f).is_file())
+        raise ConfigError(where(f'agent prompt file {missing} is missing', f'A prompts folder needs {", ".join(PROMPT_FILES)}', file=folder/missing)) from None
+    return _loaded_prompts(str(folder), identities)
+
+@lru_cache(maxsize=64)
+def _loaded_prompts(folder:str, identities:tuple) -> AgentPrompts:
+    "The prompt texts of a folder, remembered while its files are unchanged (treat `texts` as read-only)."
+    return AgentPrompts(Path(folder), {f: (Path(folder)/f).read_text(encoding='utf-8').strip() for f in PROMPT_FILES})
 
 # %% ../nbs/05_agent.ipynb #eeadca0e
 def tools_section(prompts:AgentPrompts, mode:str) -> str:

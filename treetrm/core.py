@@ -10,7 +10,8 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count', 'CallBudget',
            'project_root', 'atomic_write_bytes', 'atomic_write_text', 'canonical_json', 'atomic_write_json',
-           'read_json', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed']
+           'file_identity', 'folder_listing', 'read_json', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file',
+           'stable_seed']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -107,6 +108,17 @@ def canonical_json(obj, indent:int|None=None) -> str:
 def atomic_write_json(path:str|Path, obj, indent:int|None=2) -> Path:
     "Write `obj` as canonical JSON to `path` atomically."
     return atomic_write_text(path, canonical_json(obj, indent=indent) + '\n')
+
+def file_identity(path:str|Path) -> tuple:
+    "What tells an unchanged file without reading it: inode, size, modification time (ns)."
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+def folder_listing(folder:str|Path, suffix:str='') -> tuple:
+    "(name, inode, size, mtime_ns) of the visible regular files of `folder` ending in `suffix`, by name: a cache key that changes when any of them does."
+    with os.scandir(folder) as it:
+        got = [(e.name, *file_identity(e.path)) for e in it if e.name.endswith(suffix) and not e.name.startswith('.') and e.is_file()]
+    return tuple(sorted(got))
 
 def read_json(path:str|Path):
     "Read a JSON file, raising `DataError` that names the file, line and column when it is not valid JSON."

@@ -17,21 +17,25 @@ from .agent import AgentResult, AgentPrompts, INFRA_STOP_REASONS, run_agent, loa
 from .log import HarnessLog, check_run_id
 
 # %% auto #0
-__all__ = ['prediction_row', 'trace_rows', 'failed_result', 'save_result', 'InferenceSettings', 'answer_question',
+__all__ = ['step_record', 'prediction_row', 'trace_rows', 'failed_result', 'save_result', 'InferenceSettings', 'answer_question',
            'InferenceResult', 'run_summary', 'predictions_correctness', 'run_params', 'errored_question_ids',
            'run_inference']
 
 # %% ../nbs/07_inference.ipynb #ac93fcc4
+def step_record(s) -> dict:
+    "One agent turn as the dict stored in predictions and traces (its fields, shallow: the row is encoded to JSON at once)."
+    return dict(vars(s))
+
 def prediction_row(run_id:str, question:Question, result:AgentResult) -> dict:
     "The `predictions` row of one answered (or failed) question."
     return dict(run_id=run_id, question_id=question.question_id, video_id=question.video_id, task_type=question.task_type,
                 prediction=result.prediction, answer=question.answer, correct=result.prediction == question.answer,
                 stop_reason=result.stop_reason, steps_used=result.steps_used, tokens=result.tokens,
-                latency=result.latency_s, steps_json=[asdict(s) for s in result.steps])
+                latency=result.latency_s, steps_json=[step_record(s) for s in result.steps])
 
 def trace_rows(run_id:str, question:Question, result:AgentResult) -> list[dict]:
     "The `traces` rows of one question: one per agent turn, then the closing result row."
-    turns = [dict(run_id=run_id, question_id=question.question_id, step=s.index, role='agent', content=asdict(s)) for s in result.steps]
+    turns = [dict(run_id=run_id, question_id=question.question_id, step=s.index, role='agent', content=step_record(s)) for s in result.steps]
     closing = dict(evidence=result.evidence, reasoning=result.reasoning, usage=result.usage, n_calls=result.n_calls, error=result.error)
     return turns + [dict(run_id=run_id, question_id=question.question_id, step=-1, role='result', content=closing)]
 

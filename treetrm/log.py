@@ -355,6 +355,8 @@ def start_run(self:HarnessLog, run_id:str, # non-blank run name
     check_run_id(run_id)
     if not isinstance(kind, str) or not kind.strip(): raise ConfigError(where('run kind must be a non-blank string', run_id=run_id, field='kind'))
     new = dict(kind=kind, skills_version=skills_version, prompts_version=prompts_version, params=_params_json(params, run_id))
+    with self._read() as conn: old = _fetch_dict(conn, 'SELECT * FROM runs WHERE run_id = ?', (run_id,))
+    if old is not None: _check_same_run(run_id, old, new); return _run_record(old)  # a resume: nothing to write
     with self._write() as conn:
         old = _fetch_dict(conn, 'SELECT * FROM runs WHERE run_id = ?', (run_id,))
         if old is not None: _check_same_run(run_id, old, new)
@@ -392,8 +394,10 @@ def done_question_ids(self:HarnessLog, run_id:str,
     "Question ids with a persisted prediction in `run_id`."
     sql, params = 'SELECT question_id FROM predictions WHERE run_id = ?', [check_run_id(run_id)]
     if stop_reason is not None: sql, params = sql + ' AND stop_reason = ?', params + [stop_reason]
-    with self._read() as conn: got = {r[0] for r in conn.execute(sql, params)}
-    return got if question_ids is None else got & set(question_ids)
+    if question_ids is not None:
+        ids = list(question_ids)
+        sql, params = sql + f' AND question_id IN ({", ".join("?" * len(ids))})', params + ids
+    with self._read() as conn: return {r[0] for r in conn.execute(sql, params)}
 
 @patch
 def drop_predictions(self:HarnessLog, run_id:str, # the run
@@ -416,6 +420,16 @@ def predictions(self:HarnessLog, run_id:str,
     t, ids = table_spec('predictions'), list(question_ids)
     sql = f'SELECT {", ".join(t.columns)} FROM predictions WHERE run_id = ? AND question_id IN ({", ".join("?" * len(ids))}) ORDER BY {", ".join(t.key)}'
     with self._read() as conn: return rows_frame(t, conn.execute(sql, [check_run_id(run_id), *ids]).fetchall())
+
+@patch
+def prediction_outcomes(self:HarnessLog, run_id:str,
+                        question_ids # the questions to look up
+                       ) -> list[dict]:
+    "question_id, correct and stop_reason of the stored predictions of `question_ids` in `run_id`: the light read of a gate's unit, with no frame built."
+    ids = list(question_ids)
+    sql = f'SELECT question_id, correct, stop_reason FROM predictions WHERE run_id = ? AND question_id IN ({", ".join("?" * len(ids))}) ORDER BY question_id'
+    with self._read() as conn: rows = conn.execute(sql, [check_run_id(run_id), *ids]).fetchall()
+    return [dict(question_id=q, correct=None if c is None else bool(c), stop_reason=s) for q, c, s in rows]
 
 @patch
 def accuracy(self:HarnessLog, run_id:str) -> float:

@@ -101,9 +101,10 @@ def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, wor
                   seed=s, concurrency=1, providers=roles, progress=False)
 
 def calls_by_role(runner:Runner, prefix:str, limit:int|None=None) -> dict[str, int]:
-    "role -> model calls filed under run ids starting with `prefix` (the final test excepted), of the first `limit` calls made."
-    f = runner.log.frame('llm_calls').filter(pl.col('run_id').str.starts_with(prefix) & ~pl.col('run_id').str.ends_with('_final_test'))
-    got = dict(f.head(limit if limit is not None else f.height).group_by('role').len().iter_rows())
+    "role -> model calls filed under run ids starting with `prefix` (the final test excepted), of the first `limit` calls made (in the order they were stored)."
+    f = runner.log.query("SELECT run_id, role FROM llm_calls WHERE substr(run_id, 1, ?) = ? ORDER BY rowid", (len(prefix), prefix))
+    f = f.filter(~pl.col('run_id').str.ends_with('_final_test')) if f.height else f
+    got = dict(f.head(limit if limit is not None else f.height).group_by('role').len().iter_rows()) if f.height else {}
     return {r: int(got.get(r, 0)) for r in ('agent', 'judge', 'evolver')}
 
 # %% ../nbs/17a_loop_bench.ipynb #69924f45

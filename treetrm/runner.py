@@ -395,11 +395,12 @@ def unit_evaluator(self:Runner, req:GateRequest):
         base = arm == 'base'
         rid = base_arm_run_id(req.run_id, req.base_version, req.prompts_version, unit.task_type) if base else gate_run_id(req.run_id, req.gate_id, unit.task_type, arm)
         ids = list(unit.question_ids)
-        answered = self.log.done_question_ids(rid, ids) - self.log.done_question_ids(rid, ids, stop_reason='error')
-        if len(answered) < len(ids):  # not answered before (a base arm is, once per version)
+        rows = self.log.prediction_outcomes(rid, ids)
+        if sum(r['stop_reason'] != 'error' for r in rows) < len(ids):  # not answered before (a base arm is, once per version)
             await self._infer(unit.questions, rid, req.base_version if base else None, kind='gate', skills_dir=skills_dir,
                               prompts_version=req.prompts_version, progress=False, summarise=False)
-        return unit_outcome_from_predictions(unit, self.log.predictions(rid, unit.question_ids))
+            rows = self.log.prediction_outcomes(rid, ids)
+        return unit_outcome_from_predictions(unit, rows)
     return evaluate
 
 async def gate_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_sim.ipynb #ffdad771
 from __future__ import annotations
-import argparse, asyncio, json, math, random, re, threading, time
+import argparse, asyncio, json, math, os, random, re, threading, time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,9 +28,9 @@ __all__ = ['ROLE_FACTORIES', 'FAULT_KINDS', 'OBJECTS', 'COLOURS', 'CARRIERS', 'T
            'rule_effect', 'video_skeleton', 'all_events', 'all_frames', 'plant_counting', 'plant_ocr',
            'plant_attribute', 'plant_temporal', 'plant_action', 'plant_object', 'plant_synopsis', 'render_tree',
            'make_video', 'observe_features', 'derive_answer', 'world_fingerprint', 'world_rules', 'realism_params',
-           'realistic_layer', 'make_world', 'planted_truth', 'check_world', 'ensure_demo_world', 'world_path',
-           'load_world', 'skill_behaviours', 'true_diagnosis', 'noisy_diagnosis', 'SimJudge', 'rule_candidates',
-           'propose_edit', 'momentum_reply', 'propose_prompt_edit', 'SimEvolver', 'rule_relevance',
+           'realistic_layer', 'make_world', 'planted_truth', 'check_world', 'ensure_demo_world', 'world_key',
+           'world_path', 'load_world', 'skill_behaviours', 'true_diagnosis', 'noisy_diagnosis', 'SimJudge',
+           'rule_candidates', 'propose_edit', 'momentum_reply', 'propose_prompt_edit', 'SimEvolver', 'rule_relevance',
            'propose_realistic_edit', 'SeenNode', 'parse_view_node', 'parse_observe_frame', 'AgentQuestion',
            'parse_first_user', 'Conversation', 'read_conversation', 'world_questions', 'question_key', 'next_action',
            'seen_answer', 'agent_reply', 'world_tree', 'skill_rules', 'realistic_draw', 'realistic_plan',
@@ -878,6 +878,13 @@ def ensure_demo_world(path:str|Path|None=None # where the demo world lives (defa
 
 _WORLDS: dict = {}
 _DEMO_DIR: list = []
+_RESOLVED: dict = {}
+
+def world_key(d:Path) -> str:
+    "The resolved path of a world folder, the key of the per-process world caches (resolved once per spelling and working folder)."
+    s = str(d) if d.is_absolute() else (os.getcwd(), str(d))
+    if s not in _RESOLVED: _RESOLVED[s] = str(d.resolve())
+    return _RESOLVED[s]
 
 def world_path(world_dir:str|Path|None=None # a world folder (None: the demo world)
               ) -> Path:
@@ -890,7 +897,7 @@ def load_world(world_dir:str|Path|None=None # a world folder (None: the demo wor
               ) -> dict:
     "The parsed world.json of a world, cached per folder."
     d = world_path(world_dir)
-    key = str(d.resolve())
+    key = world_key(d)
     if key not in _WORLDS: _WORLDS[key] = read_json(d/'world.json')
     return _WORLDS[key]
 
@@ -1195,7 +1202,7 @@ def world_questions(world_dir:str|Path|None=None # a world folder (None: the dem
                    ) -> dict[tuple[str, str], Question]:
     "(video_id, question text) -> Question of a world, cached per folder."
     d = world_path(world_dir)
-    key = str(d.resolve())
+    key = world_key(d)
     if key not in _QUESTION_INDEX: _QUESTION_INDEX[key] = {(q.video_id, q.question): q for q in load_questions(d/'questions.jsonl')}
     return _QUESTION_INDEX[key]
 
@@ -1377,7 +1384,7 @@ _TREES: dict = {}
 
 def world_tree(world_dir:str|Path|None, video_id:str):
     "A world's tree of `video_id`, cached per process."
-    key = (str(world_path(world_dir).resolve()), video_id)
+    key = (world_key(world_path(world_dir)), video_id)
     if key not in _TREES: _TREES[key] = load_tree(world_path(world_dir)/'trees'/video_id)
     return _TREES[key]
 

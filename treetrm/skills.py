@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from fastcore.basics import patch
 from .core import (DataError, ConfigError, InfraError, where, project_root, atomic_write_bytes, atomic_write_json,
-                          read_json, sha256_json)
+                          read_json, sha256_json, folder_listing)
 
 # %% auto #0
 __all__ = ['FROZEN_MARK', 'DEFAULT_TASK', 'DEFAULT_SKILL', 'SKILL_MODES', 'EDIT_OPS', 'REJECT_REASONS', 'MAX_SKILL_CHARS',
@@ -197,18 +197,12 @@ def check_skill_files(files:dict[str,str] # file name -> file text; non-`.md` na
         names[s.name] = n
     return skills
 
-def _file_identity(p:Path) -> tuple:
-    "What tells an unchanged file: inode, size, modification time."
-    st = p.stat()
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
 def load_skill_dir(path:str|Path # a folder of skill files, e.g. a workspace's skills/v3
                   ) -> dict[str,Skill]:
     "Load every `*.md` skill of a folder, keyed by file name."
     path = Path(path)
     if not path.is_dir(): raise DataError(where('skill folder not found', 'Check the path, or run init_workspace first', folder=path))
-    listing = tuple((p.name, *_file_identity(p)) for p in sorted(path.glob('*.md')) if p.is_file() and not p.name.startswith('.'))
-    return dict(_loaded_skill_dir(str(path), listing))
+    return dict(_loaded_skill_dir(str(path), folder_listing(path, '.md')))
 
 @functools.lru_cache(maxsize=256)
 def _loaded_skill_dir(path:str, listing:tuple) -> dict[str,Skill]:

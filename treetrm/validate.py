@@ -600,10 +600,10 @@ def gate_run_id(run_id:str, gate_id:str, task_type:str, arm:str) -> str:
     return f'{run_id}{GATE_RUN_MARK}{gate_id}_{skill_slug(task_type)}_{arm}'
 
 def unit_outcome_from_predictions(unit:QuestionUnit, # the unit evaluated
-                                  predictions:pl.DataFrame # rows with question_id, correct, stop_reason
+                                  predictions:pl.DataFrame|list[dict] # rows with question_id, correct, stop_reason (a frame, or `HarnessLog.prediction_outcomes`)
                                  ) -> UnitOutcome:
     "The unit's outcome from its prediction rows: INFRA when a question is missing or stopped on INFRA."
-    rows = {r['question_id']: r for r in predictions.iter_rows(named=True)}
+    rows = {r['question_id']: r for r in (predictions.iter_rows(named=True) if isinstance(predictions, pl.DataFrame) else predictions)}
     stops = {q: rows[q]['stop_reason'] if q in rows else 'missing' for q in unit.question_ids}
     questions = {q: bool(rows[q]['correct']) for q in unit.question_ids if q in rows}
     detail = dict(questions=questions, stop_reasons=stops)
