@@ -36,6 +36,11 @@ if pkg_data:
 # Add package data to setup_cfg for setuptools.setup(..., **setup_cfg)
 setup_cfg['package_data'] = package_data
 
+# the assets the package ships beside its code (treetrm.core.asset_dir reads them): a wheel gets prompts/ and the
+# demo world as treetrm/assets/prompts and treetrm/assets/demo; a checkout (or an editable install) reads them in place
+assets = {f"{cfg['lib_name']}.assets.prompts": 'prompts', f"{cfg['lib_name']}.assets.demo": 'data/demo'}
+package_data.update({f"{cfg['lib_name']}.assets.prompts": ['*/*.md'], f"{cfg['lib_name']}.assets.demo": ['*.json', '*.jsonl', 'trees/*/tree.json']})
+
 setuptools.setup(
     name = cfg['lib_name'],
     license = lic[0],
@@ -45,7 +50,8 @@ setuptools.setup(
         'Natural Language :: ' + cfg['language'].title(),
     ] + ['Programming Language :: Python :: '+o for o in py_versions[py_versions.index(min_python):]] + (['License :: ' + lic[1] ] if lic[1] else []),
     url = cfg['git_url'],
-    packages = setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name']+'.*']),
+    packages = setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name']+'.*']) + list(assets),
+    package_dir = assets,
     include_package_data = True,
     install_requires = requirements,
     extras_require={ 'dev': dev_requirements },

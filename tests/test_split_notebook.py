@@ -6,6 +6,7 @@ import pytest
 
 from treetrm.core import ConfigError, project_root, read_json, sha256_file
 from treetrm.sim import make_world
+from treetrm.log import HarnessLog
 from treetrm.split import POOLS, load_split, make_providers
 
 ROOT = project_root()
@@ -52,5 +53,6 @@ def test_split_notebook_writes_pools(tmp_path):
     run(tmp_path, 'again', **params(tmp_path/'ws2', world))
     assert (pools/'pools.json').read_bytes() == (tmp_path/'ws2'/'pools'/'pools.json').read_bytes()
     dry = run(tmp_path, 'dry', **params(tmp_path/'ws3', world, dry_run=True))
-    assert not (tmp_path/'ws3').exists()
+    assert not (tmp_path/'ws3'/'pools').exists()  # a dry run freezes no pools and calls no model
+    with HarnessLog(tmp_path/'ws3'/'harness.db') as log: assert log.frame('llm_calls').height == 0 and log.frame('predictions').height == 0
     assert 'split plan' in json.dumps(dry['cells'])

@@ -11,7 +11,7 @@ from pathlib import Path
 import bm25s, json_repair
 import numpy as np
 from fastcore.basics import patch
-from .core import TreeTrmError, ConfigError, DataError, InfraError, BudgetError, where, project_root, file_identity
+from .core import TreeTrmError, ConfigError, DataError, InfraError, BudgetError, where, project_root, asset_dir, file_identity
 from .data import (Question, VideoTree, Node, LEVEL_NAMES, node_summary, node_text, frame_path,
                           option_letters, option_text)
 from .llm import LLMProvider, LLMResponse
@@ -290,7 +290,7 @@ class AgentPrompts:
 
 def default_prompts_dir() -> Path:
     "The project's `prompts/agent` folder."
-    return project_root()/'prompts'/'agent'
+    return asset_dir('prompts')/'agent'
 
 def load_agent_prompts(folder:str|Path|AgentPrompts|None=None # prompts folder (default: project prompts/agent)
                       ) -> AgentPrompts:

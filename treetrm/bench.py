@@ -8,7 +8,7 @@ import json, shutil, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
-from .core import ConfigError, project_root, where
+from .core import ConfigError, project_root, asset_dir, where
 from .data import load_questions
 from .llm import LLMProvider, LLMResponse
 from .sim import SimAgent, expected_accuracy, load_world, reachable, world_path
@@ -106,7 +106,7 @@ async def planted_truth(world_dir:str|Path|None=None, # the world (None: the dem
     "Run the sim agent with the seed, helpful and trap configurations; measured vs planted accuracy per type."
     d, world = world_path(world_dir), load_world(world_dir)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-planted-'))
-    seed_dir = Path(seed_skills) if seed_skills else project_root()/'prompts'/'skills'
+    seed_dir = Path(seed_skills) if seed_skills else asset_dir('prompts')/'skills'
     questions, log, rows = load_questions(d/'questions.jsonl'), HarnessLog(work/'harness.db'), []
     try:
         for config in CONFIGS:
@@ -175,7 +175,7 @@ async def benchmark_throughput(world_dir:str|Path|None=None, # the world (None: 
     qs = load_questions(d/'questions.jsonl')
     if not 1 <= n_questions <= len(qs): raise ConfigError(where(f'n_questions must be in 1..{len(qs)}, got {n_questions}', field='n_questions'))
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-bench-'))
-    skills = Path(skills_dir) if skills_dir else project_root()/'prompts'/'skills'
+    skills = Path(skills_dir) if skills_dir else asset_dir('prompts')/'skills'
     lat = await measure_run(qs[:n_questions], d/'trees', skills, SimAgent(d, latency_s=latency_s), work, 'latency', concurrency)
     cpu = await measure_run(qs[:cpu_questions or n_questions], d/'trees', skills, SimAgent(d), work, 'cpu', 1)
     return throughput_figures(lat, cpu, latency_s, concurrency)

@@ -4,14 +4,14 @@
 
 # %% ../nbs/00_core.ipynb #121e446a
 from __future__ import annotations
-import hashlib, json, os, tempfile
+import hashlib, importlib, json, os, tempfile
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count', 'CallBudget',
-           'project_root', 'atomic_write_bytes', 'atomic_write_text', 'canonical_json', 'atomic_write_json',
-           'file_identity', 'folder_listing', 'read_json', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file',
-           'stable_seed']
+__all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count',
+           'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'atomic_write_bytes',
+           'atomic_write_text', 'canonical_json', 'atomic_write_json', 'file_identity', 'folder_listing', 'read_json',
+           'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -81,6 +81,28 @@ def project_root(start:str|Path|None=None # where to start looking (default: the
     for d in (p, *p.parents):
         if (d/'settings.ini').exists(): return d
     raise ConfigError(where('no settings.ini found above this folder', 'Run from inside the treetrm checkout or set TREETRM_ROOT', start=p))
+
+# %% ../nbs/00_core.ipynb #b8533404
+ASSETS = {'prompts': 'prompts', 'demo': 'data/demo'}  # asset name -> its folder in a checkout
+
+def package_dir() -> Path:
+    "The folder of the installed treetrm package."
+    return Path(importlib.import_module('treetrm').__file__).parent
+
+def asset_dir(name:str # one of `ASSETS`: 'prompts' or 'demo'
+             ) -> Path:
+    "A shipped asset's folder: under `TREETRM_ROOT` when set, in the checkout beside the package, else the installed copy."
+    if name not in ASSETS: raise ConfigError(where(f'unknown asset {name!r}', f'Use one of {sorted(ASSETS)}'))
+    if os.environ.get('TREETRM_ROOT'): return project_root()/ASSETS[name]
+    pkg = package_dir()
+    if (pkg.parent/'settings.ini').exists() and (pkg.parent/ASSETS[name]).is_dir(): return pkg.parent/ASSETS[name]
+    return pkg/'assets'/name
+
+def from_root(path:str|Path|None # a path a user wrote in a stage notebook or a benchmark's parameters
+             ) -> Path|None:
+    "Relative paths resolve from the project root (notebooks run with `nbs/` as their folder); absolute ones and None stay."
+    if path is None: return None
+    return Path(path) if Path(path).is_absolute() else project_root()/path
 
 # %% ../nbs/00_core.ipynb #8f329fed
 def atomic_write_bytes(path:str|Path, # target file; parent folders are created

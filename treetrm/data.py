@@ -10,13 +10,13 @@ from functools import partial
 from pathlib import Path
 from string import ascii_uppercase
 import polars as pl
-from .core import DataError, where, read_json, atomic_write_text
+from .core import DataError, where, read_json, atomic_write_text, sha256_file, sha256_json
 
 # %% auto #0
 __all__ = ['TASK_TYPES', 'HF_COLUMNS', 'SUMMARY_KEYS', 'LEVEL_NAMES', 'option_letters', 'option_text', 'option_of', 'Question',
-           'RecordAt', 'question_from_record', 'load_questions', 'question_record', 'save_questions', 'questions_frame',
-           'QuestionUnit', 'build_units', 'unit_correct', 'Node', 'node_summary', 'node_text', 'VideoTree', 'load_tree',
-           'load_trees', 'frame_path', 'tree_frame']
+           'RecordAt', 'question_from_record', 'load_questions', 'question_record', 'save_questions',
+           'questions_fingerprint', 'questions_frame', 'QuestionUnit', 'build_units', 'unit_correct', 'Node',
+           'node_summary', 'node_text', 'VideoTree', 'load_tree', 'load_trees', 'frame_path', 'tree_frame']
 
 # %% ../nbs/01_data.ipynb #081e6946
 TASK_TYPES = ('Temporal Perception', 'Spatial Perception', 'Attribute Perception', 'Action Recognition',
@@ -226,6 +226,13 @@ def question_record(q:Question) -> dict:
 def save_questions(questions:list[Question], path:str|Path) -> Path:
     "Write `questions` to a jsonl file atomically."
     return atomic_write_text(path, ''.join(json.dumps(question_record(q), ensure_ascii=False) + '\n' for q in questions))
+
+def questions_fingerprint(path:str|Path, # where the questions came from
+                          questions:list[Question] # what was loaded from it
+                         ) -> str:
+    "sha256 of a question file's bytes, or of the loaded records when the questions are a folder of per-video files."
+    path = Path(path)
+    return sha256_file(path) if path.is_file() else sha256_json([question_record(q) for q in questions])
 
 # %% ../nbs/01_data.ipynb #43a73dfa
 def questions_frame(questions:list[Question]) -> pl.DataFrame:

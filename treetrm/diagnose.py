@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
-from .core import ConfigError, DataError, InfraError, canonical_json, project_root, read_json, sha256_json, stable_seed, where, check_count
+from .core import ConfigError, DataError, InfraError, canonical_json, project_root, asset_dir, read_json, sha256_json, stable_seed, where, check_count
 from .data import Question
 from .agent import INFRA_STOP_REASONS
 from .llm import LLMProvider, reply_json
@@ -44,7 +44,7 @@ class DiagnosePrompts:
 
 def default_diagnose_dir() -> Path:
     "The project's `prompts/diagnose` folder."
-    return project_root()/'prompts'/'diagnose'
+    return asset_dir('prompts')/'diagnose'
 
 def load_diagnose_prompts(folder:str|Path|DiagnosePrompts|None=None # templates folder (default: prompts/diagnose)
                          ) -> DiagnosePrompts:

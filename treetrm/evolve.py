@@ -10,7 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from fastcore.basics import patch
 import polars as pl
-from .core import DataError, ConfigError, InfraError, where, project_root, canonical_json, sha256_text, stable_seed
+from .core import DataError, ConfigError, InfraError, where, project_root, asset_dir, canonical_json, sha256_text, stable_seed
 from .llm import LLMProvider, LLMResponse, ReplyError, reply_json
 from .skills import (Edit, EditRejected, DEFAULT_SKILL, apply_edit, check_target, edit_fingerprint, parse_edit,
                             skill_file)
@@ -203,7 +203,7 @@ def load_templates(kind:str, # 'evolve' or 'momentum'
                    prompts_dir:str|Path|None=None # folder holding `<kind>/` (default: the project's prompts/)
                   ) -> dict[str, str]:
     "The system and user templates of one request kind."
-    folder = Path(prompts_dir or project_root()/'prompts')/kind
+    folder = Path(prompts_dir or asset_dir('prompts'))/kind
     if missing := [f for f in TEMPLATE_FILES if not (folder/f).is_file()]:
         raise ConfigError(where(f'{kind} prompt template {missing[0]} is missing', f'A prompts folder needs {kind}/system.md and {kind}/user.md', file=folder/missing[0]))
     return {f: (folder/f).read_text(encoding='utf-8').strip() for f in TEMPLATE_FILES}

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 from scipy.stats import t as t_dist
 from matplotlib.figure import Figure
-from .core import ConfigError, where, atomic_write_json, read_json, sha256_json, project_root, stable_seed
+from .core import ConfigError, where, atomic_write_json, read_json, sha256_json, project_root, from_root, stable_seed
 from .sim import make_world, SimAgent, SimJudge, SimEvolver, load_world, true_accuracy, skill_files, type_skill_text, skill_rules, world_questions
 from .skills import DEFAULT_SKILL
 from .runner import Runner, ACCEPTANCE_RULES, Acceptance, GateRequest, _ladders_of
@@ -355,7 +355,7 @@ def loop_table(summary:dict) -> pl.DataFrame:
 def write_loop_bench(summary:dict, out:str|Path # the JSON file; relative paths resolve from the project root
                     ) -> Path:
     "Write the summary JSON and the figures (stem_frontier.*, stem_budget.*) next to it; returns the JSON path."
-    path = Path(out) if Path(out).is_absolute() else project_root()/out
+    path = from_root(out)
     figs = {f'{path.stem}_frontier': plot_frontier(summary), f'{path.stem}_budget': plot_budget(summary)}
     files = [p.name for name, fig in figs.items() for p in report.save_figure(fig, name, path.parent).values()]
     atomic_write_json(path, summary | dict(figures=files), indent=1)

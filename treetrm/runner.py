@@ -14,7 +14,7 @@ from scipy.stats import beta as beta_dist
 from fastcore.basics import patch
 from .core import (ConfigError, DataError, InfraError, where, atomic_write_json, read_json, sha256_file,
                           sha256_text, stable_seed, check_count, CallBudget, BudgetError)
-from .data import Question, QuestionUnit, load_questions, build_units, unit_correct
+from .data import Question, QuestionUnit, load_questions, build_units, unit_correct, questions_fingerprint
 from .llm import telemetry_row, call_cost
 from .skills import (Edit, DEFAULT_SKILL, VersionStore, init_workspace, load_manifest, set_current, set_best,
                             set_prompts, skill_slug)
@@ -24,6 +24,7 @@ from .inference import run_inference, predictions_correctness, InferenceResult
 from .diagnose import diagnose as diagnose_run, case_packs
 from .split import run_split, load_split, has_pools, pools_dir, make_providers, load_split_config, Split
 from .batching import BatchParams, build_batches
+from .config import ACCEPTANCE_RULES, DELIVER, DEFAULT_SPLIT, TrainConfig, train_config, Config, load_config, config_frame, runner_config
 from .gate import GateParams, mcnemar_exact_one_sided, e_value_plus
 from .ladder import GATE_RUN_MARK, Ladder, hash_order, build_ladders, freeze_gate_pools, load_gate_pools, phat_from_log, ladder_units
 from .validate import (validate_skills_concurrent, open_probation, settle_probation, continue_probation,
@@ -35,14 +36,14 @@ from .checkpoint import (TrainState, structural_parts, decision_fingerprint, sav
 from . import report
 
 # %% auto #0
-__all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'ACCEPTANCE_RULES', 'DELIVER', 'DEFAULT_SPLIT', 'TRAIN_ROLES', 'BASELINE_RUN',
-           'ACCEPTANCE', 'filed_under', 'call_budget', 'current_run_id', 'request_key', 'CallRecorder',
-           'RecordedProvider', 'TrainConfig', 'train_config', 'apply_batch_correctness', 'guard_infra',
-           'tick_cooldowns', 'should_stop_early', 'probation_pairs', 'rule_kinds', 'GateRequest', 'Acceptance',
-           'base_arm_run_id', 'rollout_run_id', 'Runner', 'gate_rule', 'greedy_rule', 'margin_ok', 'posterior_better',
-           'greedy_margin_rule', 'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule',
-           'gepa_veto_rule', 'split_reserve', 'cap_ladder', 'role_usage', 'forecast_usage', 'dual_metric_rows',
-           'holdout_rows', 'confirmed_rule_counts', 'decision_tally', 'delivered_version', 'TrainResult']
+__all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'TRAIN_ROLES', 'BASELINE_RUN', 'ACCEPTANCE', 'filed_under', 'call_budget',
+           'current_run_id', 'request_key', 'CallRecorder', 'RecordedProvider', 'apply_batch_correctness',
+           'guard_infra', 'tick_cooldowns', 'should_stop_early', 'probation_pairs', 'rule_kinds', 'GateRequest',
+           'Acceptance', 'base_arm_run_id', 'rollout_run_id', 'Runner', 'gate_rule', 'greedy_rule', 'margin_ok',
+           'posterior_better', 'greedy_margin_rule', 'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule',
+           'gepa_minibatch_rule', 'gepa_veto_rule', 'split_reserve', 'cap_ladder', 'role_usage', 'forecast_usage',
+           'dual_metric_rows', 'holdout_rows', 'confirmed_rule_counts', 'decision_tally', 'delivered_version',
+           'TrainResult']
 
 # %% ../nbs/17_runner.ipynb #ed286037
 CURRENT_RUN: contextvars.ContextVar = contextvars.ContextVar('treetrm_current_run', default=None)
@@ -107,61 +108,6 @@ class RecordedProvider:
         self.record(telemetry_row(call_id=call_id, role=self.role, model=r.model or self.model, status='ok', attempt=1,
                                   latency_s=time.monotonic() - t0, cost=call_cost(r.model or self.model, usage), **usage) | {'request_key': key})
         return r
-
-# %% ../nbs/17_runner.ipynb #e5a419e7
-ACCEPTANCE_RULES = ('gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'gepa_pool')
-DELIVER = ('best', 'current')
-
-@dataclass(frozen=True)
-class TrainConfig:
-    "The settings of a training run (DESIGN §8)."
-    epochs: int = 2 # epochs at most
-    batch: BatchParams = BatchParams(batch_size=16, min_class=4, correct_ratio=0.2) # mini-batch construction
-    gate: GateParams = GateParams() # the frozen gate settings
-    acceptance: str = 'gate' # how an edit is accepted: one of ACCEPTANCE_RULES
-    cooldown_steps: int = 1 # steps a task type sits out after a rejected edit
-    probation_rounds: int = 2 # epochs a provisional edit may stay unconfirmed
-    patience: int = 2 # early stop after this many epochs without a new best
-    gamma: float = 0.7 # EMA weight of the old p̂ in the ladder refresh
-    p_low: float = 0.02 # warm ladders drop units with p̂ below this
-    p_high: float = 0.98 # ... and above this
-    min_ladder_units: int = 60 # task types with fewer validation units are not gated
-    probation_share: float = 1/3 # share of each gated type's validation units held out of the gate, for probations
-    ladder_cap: int|None = None # the gate consumes at most this many units (None: the whole ladder)
-    max_steps: int = 15 # agent tool budget per question
-    infra_guard: float = 0.2 # a rollout with a larger INFRA share stops the run
-    gate_guard_err: float = 0.2 # a gate round with a larger INFRA share aborts
-    momentum: bool = True # slow momentum guidance at each epoch end
-    max_agent_calls: int|None = None # no new step once the training's agent calls reach this (None: no budget)
-    prompt_edit: bool = False # at each epoch end, one system-prompt edit kept only if its validation run R2 is not worse than R
-    max_calls: int|None = None # hard budget: training's model calls of every role; the call past it is never made, training stops mid-step
-    deliver: str = 'best' # what training delivers: 'best' (highest validation accuracy at an epoch end) or 'current' (the rule's last state)
-
-    def __post_init__(self):
-        for k in ('epochs', 'cooldown_steps', 'probation_rounds', 'patience', 'max_steps'):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == 'cooldown_steps' else 1): raise ConfigError(where(f'{k} must be a whole number ≥ 1, got {v!r}', field=k))
-        if not (isinstance(self.acceptance, str) and self.acceptance in ACCEPTANCE_RULES) and not callable(self.acceptance):
-            raise ConfigError(where(f'acceptance must be one of {ACCEPTANCE_RULES} or a callable, got {self.acceptance!r}', field='acceptance'))
-        for k in ('max_agent_calls', 'max_calls'):
-            b = getattr(self, k)
-            if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1): raise ConfigError(where(f'{k} must be a whole number ≥ 1 or None, got {b!r}', field=k))
-        if self.deliver not in DELIVER: raise ConfigError(where(f'deliver must be one of {DELIVER}, got {self.deliver!r}', field='deliver'))
-
-    def to_dict(self) -> dict:
-        "The settings as plain data (a callable acceptance rule by its name)."
-        d = {k: v for k, v in asdict(self).items() if k not in ('acceptance',)}
-        return d | {'acceptance': self.acceptance if isinstance(self.acceptance, str) else getattr(self.acceptance, '__name__', 'custom')}
-
-def train_config(config:TrainConfig|dict|None=None, **overrides) -> TrainConfig:
-    "A `TrainConfig` from a config, a dict (with `batch`/`gate` as dicts) or defaults, with overrides."
-    if isinstance(config, TrainConfig): return replace(config, **overrides)
-    d = dict(config or {}) | overrides
-    if isinstance(d.get('batch'), dict): d['batch'] = BatchParams(**d['batch'])
-    if isinstance(d.get('gate'), dict): d['gate'] = GateParams(**d['gate'])
-    unknown = set(d) - set(TrainConfig.__dataclass_fields__)
-    if unknown: raise ConfigError(where(f'unknown training settings {sorted(unknown)}', f'Use some of {sorted(TrainConfig.__dataclass_fields__)}', field='config'))
-    return TrainConfig(**d)
 
 # %% ../nbs/17_runner.ipynb #543eb5e7
 def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> correct before the rollout
@@ -260,7 +206,6 @@ def rollout_run_id(run_id:str, gate_id:str) -> str:
     return f'{run_id}_{gate_id}_rollout'
 
 # %% ../nbs/17_runner.ipynb #aa881b8f
-DEFAULT_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.1, report_floor=20, floor_k={}, val_ratio=0.75, val_wrong_min=10)
 TRAIN_ROLES = ('agent', 'judge', 'evolver')
 
 def _providers(backend, data_dir, seed, recorder, providers) -> dict:
@@ -276,9 +221,11 @@ class Runner:
     "One workspace: infer, eval, diagnose, split, train, promote, deliver best, final test."
     def __init__(self, workspace:str|Path, # the experiment folder (created when missing)
                  *, backend:str='sim', # 'sim' (offline planted-truth world) or 'openai' (TREETRM_<ROLE>_* endpoints)
-                 data_dir:str|Path|None=None, # benchmark folder with questions.jsonl and trees/ (default: the demo world)
-                 config:TrainConfig|dict|None=None, # training settings
-                 split_config:dict|None=None, # split settings (default DEFAULT_SPLIT)
+                 data_dir:str|Path|None=None, # benchmark folder with questions.jsonl and trees/; on 'sim' the world (default: the trees' parent, else the demo world)
+                 questions:str|Path|None=None, # the questions as they are: Video-MME parquet or json, jsonl, or a folder of <video>.json (default: data_dir/questions.jsonl)
+                 trees_dir:str|Path|None=None, # folder of <videoID>/tree.json (default: data_dir/trees)
+                 config:Config|TrainConfig|dict|str|Path|None=None, # a Config, its YAML file or a dict of its sections; or the training settings alone
+                 split_config:dict|None=None, # split settings beside training settings alone (default DEFAULT_SPLIT)
                  seed:int=0, # run seed: sampling, batches, sim roles
                  concurrency:int=8, # questions (and judge/evolver calls) in flight
                  providers:dict|None=None, # role -> provider, overriding the backend (tests)
@@ -288,9 +235,12 @@ class Runner:
             raise ConfigError(where(f'unknown backend {backend!r}', f'Use one of {", ".join(BACKENDS)}', field='backend'))
         self.workspace, self.backend, self.seed, self.progress = Path(workspace), backend, seed, progress
         self.concurrency = check_count(concurrency, 'concurrency')
-        self.config, self.split_config = train_config(config), load_split_config(split_config or DEFAULT_SPLIT)
-        self.data_dir = Path(data_dir) if data_dir is not None else ensure_demo_world()
-        self.questions = load_questions(self.data_dir/'questions.jsonl')
+        self.settings = runner_config(config, split_config)
+        self.config, self.split_config, self.skill_mode = self.settings.train, self.settings.split, self.settings.skill_mode
+        self.data_dir = Path(data_dir) if data_dir is not None else Path(trees_dir).parent if trees_dir is not None else ensure_demo_world()
+        self.questions_path = Path(questions) if questions is not None else self.data_dir/'questions.jsonl'
+        self.trees_dir = Path(trees_dir) if trees_dir is not None else self.data_dir/'trees'
+        self.questions = load_questions(self.questions_path)
         self.by_id = {q.question_id: q for q in self.questions}
         self.recorder = CallRecorder()  # its log is opened below, once everything is checked
         self.providers = _providers(backend, self.data_dir, seed, self.recorder, providers)
@@ -315,8 +265,8 @@ async def _infer(self:Runner, questions, run_id:str, skills_version:str|None=Non
     token = CURRENT_RUN.set(run_id)
     try:
         pv = prompts_version or load_manifest(self.workspace).prompts_version
-        return await run_inference(list(questions), trees_dir=self.data_dir/'trees', provider=self.providers['agent'], log=self.log, run_id=run_id,
-                                   skills_dir=skills_dir or self.skills.path(skills_version), concurrency=self.concurrency, max_steps=self.config.max_steps,
+        return await run_inference(list(questions), trees_dir=self.trees_dir, provider=self.providers['agent'], log=self.log, run_id=run_id,
+                                   skills_dir=skills_dir or self.skills.path(skills_version), concurrency=self.concurrency, max_steps=self.config.max_steps, mode=self.skill_mode,
                                    seed=self.seed, kind=kind, skills_version=skills_version, prompts_version=pv, vision=self.providers.get('vision'),
                                    progress=self.progress if progress is None else progress, prompts_dir=self.prompts.path(pv) if pv else None,
                                    retry_errors=True, summarise=summarise)
@@ -333,7 +283,7 @@ async def split(self:Runner, config:dict|None=None, # split settings (default: t
     if has_pools(self.workspace) and not dry_run: return load_split(pools_dir(self.workspace))
     token = CURRENT_RUN.set(BASELINE_RUN)
     try:
-        return await run_split(self.workspace, questions_path=self.data_dir/'questions.jsonl', trees_dir=self.data_dir/'trees',
+        return await run_split(self.workspace, questions_path=self.questions_path, trees_dir=self.trees_dir,
                                skills_dir=self.skills.path(self.resolve_version('seed')), agent=self.providers['agent'], judge=self.providers['judge'],
                                config=cfg, log=self.log, dry_run=dry_run, concurrency=self.concurrency, baseline_run_id=BASELINE_RUN, progress=self.progress)
     finally: CURRENT_RUN.reset(token); self.recorder.flush()
@@ -547,8 +497,9 @@ def _train_run(self:Runner, run_id:str, cfg:TrainConfig, start:str, fresh:bool, 
     sizes = {t: sum(u.task_type == t for u in units) for t in {u.task_type for u in units}}
     world = read_json(self.data_dir/'world.json') if (self.data_dir/'world.json').exists() else None
     rule = ACCEPTANCE[cfg.acceptance] if isinstance(cfg.acceptance, str) else cfg.acceptance
-    parts = structural_parts(questions_sha=sha256_file(self.data_dir/'questions.jsonl'), pools_sha=sha256_file(pools_dir(self.workspace)/'pools.json'),
-                             config=cfg.to_dict(), gate_params=asdict(cfg.gate), seed=self.seed, backend=self.backend, run_id=rid, start=start)
+    parts = structural_parts(questions_sha=questions_fingerprint(self.questions_path, self.questions), pools_sha=sha256_file(pools_dir(self.workspace)/'pools.json'),
+                             config=cfg.to_dict(), gate_params=asdict(cfg.gate), seed=self.seed, backend=self.backend, run_id=rid, start=start,
+                             skill_mode=self.skill_mode)
     return _TrainRun(run_id, rid, self.workspace/'runs'/run_id, cfg, start, diag, val, test, units,
                      {t for t, n in sizes.items() if n >= cfg.min_ladder_units}, world, rule, parts, show, on_event)
 

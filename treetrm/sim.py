@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 from fastcore.basics import patch
-from .core import (ConfigError, DataError, atomic_write_json, canonical_json, project_root, read_json, sha256_file,
+from .core import (ConfigError, DataError, atomic_write_json, canonical_json, project_root, asset_dir, read_json, sha256_file,
                           sha256_json, stable_seed, where)
 from .data import Question, load_questions, load_tree, option_text, save_questions
 from .llm import LLMProvider, LLMResponse
@@ -870,7 +870,7 @@ DEMO_SEED, DEMO_VIDEOS = 0, 50
 def ensure_demo_world(path:str|Path|None=None # where the demo world lives (default: data/demo under the project root)
                      ) -> Path:
     "The demo world folder, written if missing and checked against its fingerprint."
-    d = Path(path) if path else project_root()/'data'/'demo'
+    d = Path(path) if path else asset_dir('demo')
     if not (d/'world.json').exists(): make_world(d, seed=DEMO_SEED, n_videos=DEMO_VIDEOS)
     if world_fingerprint(d) != read_json(d/'world.json')['fingerprint']:
         raise DataError(where('demo world files do not match the fingerprint in world.json', f'Delete {d} and call ensure_demo_world() to regenerate it', file=d/'world.json'))

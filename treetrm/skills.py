@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 import yaml
 from fastcore.basics import patch
-from .core import (DataError, ConfigError, InfraError, where, project_root, atomic_write_bytes, atomic_write_json,
+from .core import (DataError, ConfigError, InfraError, where, project_root, asset_dir, atomic_write_bytes, atomic_write_json,
                           read_json, sha256_json, folder_listing)
 
 # %% auto #0
@@ -612,8 +612,8 @@ def init_workspace(path:str|Path, # the workspace folder (created when missing)
     "Create a workspace with the seed skills (and prompts) as v1 and a manifest; idempotent."
     ws = Path(path)
     if (ws/MANIFEST_FILE).exists(): return load_manifest(ws)
-    if seed_skills is None: seed_skills = project_root()/'prompts'/'skills'
-    if seed_prompts is None and (cand := project_root()/'prompts'/'agent').is_dir(): seed_prompts = cand
+    if seed_skills is None: seed_skills = asset_dir('prompts')/'skills'
+    if seed_prompts is None and (cand := asset_dir('prompts')/'agent').is_dir(): seed_prompts = cand
     sv = _import_once(VersionStore(ws, 'skills'), Path(seed_skills))
     pv = _import_once(VersionStore(ws, 'prompts'), Path(seed_prompts)) if seed_prompts is not None else None
     hist = (_event('seed_skills', sv),) + ((_event('seed_prompts', pv),) if pv else ())
