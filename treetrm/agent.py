@@ -11,7 +11,7 @@ from pathlib import Path
 import bm25s, json_repair
 import numpy as np
 from fastcore.basics import patch
-from .core import TreeTrmError, ConfigError, DataError, InfraError, BudgetError, where, project_root, asset_dir, file_identity
+from .core import TreeTrmError, ConfigError, DataError, InfraError, BudgetError, where, asset_dir, file_identity
 from .data import (Question, VideoTree, Node, LEVEL_NAMES, node_summary, node_text, frame_path,
                           option_letters, option_text)
 from .llm import LLMProvider, LLMResponse

@@ -8,7 +8,7 @@ import json, shutil, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
-from .core import ConfigError, project_root, asset_dir, where
+from .core import ConfigError, asset_dir, where
 from .data import load_questions
 from .llm import LLMProvider, LLMResponse
 from .sim import SimAgent, expected_accuracy, load_world, reachable, world_path

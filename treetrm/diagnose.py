@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
-from .core import ConfigError, DataError, InfraError, canonical_json, project_root, asset_dir, read_json, sha256_json, stable_seed, where, check_count
+from .core import ConfigError, DataError, InfraError, canonical_json, asset_dir, read_json, sha256_json, stable_seed, where, check_count
 from .data import Question
 from .agent import INFRA_STOP_REASONS
 from .llm import LLMProvider, reply_json

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from fastcore.basics import patch
 import polars as pl
-from .core import DataError, ConfigError, InfraError, where, project_root, asset_dir, canonical_json, sha256_text, stable_seed
+from .core import DataError, ConfigError, InfraError, where, asset_dir, canonical_json, sha256_text, stable_seed
 from .llm import LLMProvider, LLMResponse, ReplyError, reply_json
 from .skills import (Edit, EditRejected, DEFAULT_SKILL, apply_edit, check_target, edit_fingerprint, parse_edit,
                             skill_file)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/17_runner.ipynb #03a4b3f3
 from __future__ import annotations
-import asyncio, contextvars, math, random, time, uuid
+import asyncio, contextvars, difflib, math, os, random, shutil, tempfile, time, uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace, asdict
 from pathlib import Path
@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 import polars as pl
 from scipy.stats import beta as beta_dist
 from fastcore.basics import patch
-from .core import (ConfigError, DataError, InfraError, where, atomic_write_json, read_json, sha256_file,
+from .core import (ConfigError, DataError, InfraError, where, atomic_write_json, atomic_write_bytes, canonical_json, read_json, sha256_bytes, sha256_file,
                           sha256_text, stable_seed, check_count, CallBudget, BudgetError)
 from .data import Question, QuestionUnit, load_questions, build_units, unit_correct, questions_fingerprint
 from .llm import telemetry_row, call_cost
@@ -43,7 +43,7 @@ __all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'TRAIN_ROLES', 'BASELINE_RUN', 'ACCEPTA
            'posterior_better', 'greedy_margin_rule', 'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule',
            'gepa_minibatch_rule', 'gepa_veto_rule', 'split_reserve', 'cap_ladder', 'role_usage', 'forecast_usage',
            'dual_metric_rows', 'holdout_rows', 'confirmed_rule_counts', 'decision_tally', 'delivered_version',
-           'TrainResult']
+           'TrainResult', 'skills_diff']
 
 # %% ../nbs/17_runner.ipynb #ed286037
 CURRENT_RUN: contextvars.ContextVar = contextvars.ContextVar('treetrm_current_run', default=None)
@@ -1047,3 +1047,64 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
             bar.n = s.global_step; bar.set_postfix(epoch=s.epoch, phase=s.phase, best=f'{s.best_accuracy:.3f}'); bar.refresh()
     self.log.finish_run(r.rid)
     return TrainResult(run_id, r.rid, s, read_json(r.dir/'metrics.json'), r.dir)
+
+# %% ../nbs/17_runner.ipynb #fe96dd92
+def skills_diff(seed:dict[str,str], delivered:dict[str,str]) -> str:
+    "A unified diff of two skill sets (file name -> text), file by file in name order."
+    return ''.join(''.join(difflib.unified_diff(seed.get(n, '').splitlines(keepends=True), delivered.get(n, '').splitlines(keepends=True),
+                                                f'seed/{n}', f'delivered/{n}')) for n in sorted(seed.keys() | delivered.keys()))
+
+def _finished_run(runner, run_id:str) -> tuple[Path, dict, TrainState]:
+    "The folder, metrics and final state of a finished training run, or a `ConfigError` saying what is missing."
+    d = runner.workspace/'runs'/check_run_id(run_id)
+    if not (d/'metrics.json').exists():
+        raise ConfigError(where(f'run {run_id!r} has not finished (no metrics.json)', 'Finish it with runner.train(run_id) first', folder=d))
+    return d, read_json(d/'metrics.json'), load_checkpoint(d/'checkpoint.json')
+
+def _write_folder(out:Path, files:dict[str, bytes], overwrite:bool) -> Path:
+    "Write `files` (relative path -> bytes) as the folder `out`, all at once: a temporary sibling moved into place."
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise ConfigError(where('the folder exists and is not empty', 'Choose another folder or pass overwrite=True', folder=out))
+    tmp = out.parent/f'.{out.name}.tmp-{uuid.uuid4().hex[:8]}'
+    for rel, data in files.items(): atomic_write_bytes(tmp/rel, data)
+    if out.exists(): shutil.rmtree(out)
+    os.replace(tmp, out)
+    return out
+
+@patch
+def _final_figures(self:Runner, result) -> dict[str, bytes]:
+    "file name -> bytes of the final report's figures and tables (PDF/PNG/SVG, CSV), rendered afresh."
+    with tempfile.TemporaryDirectory() as t:
+        report.save_report(self.final_report(result), t, prefix='final_')
+        return {p.name: p.read_bytes() for p in sorted(Path(t).iterdir()) if p.is_file()}
+
+@patch
+def export(self:Runner, run_id:str, # a finished training run
+           out:str|Path, # the artifact folder (created)
+           overwrite:bool=False # replace an existing non-empty folder
+          ) -> Path:
+    "One folder with a run's delivered skills, their diff against the seed, metrics, figures, decision log and config."
+    d, m, s = _finished_run(self, run_id)
+    seed, delivered = self.skills.read_files(self.resolve_version('seed')), self.skills.read_files(m['delivered_version'])
+    dec = _decisions_frame(s.decisions)
+    files = {f'skills/{n}': t.encode() for n, t in delivered.items()} | {
+        'skills.diff': skills_diff(seed, delivered).encode(), 'metrics.json': (canonical_json(m, indent=2) + '\n').encode(),
+        'decisions.csv': dec.write_csv().encode(), 'decisions.jsonl': ''.join(canonical_json(x) + '\n' for x in s.decisions).encode(),
+        'config.json': (canonical_json(s.structural, indent=2) + '\n').encode()}
+    files |= {f'figures/{p.name}': p.read_bytes() for p in sorted((d/'figures').glob('*')) if p.is_file()}
+    files |= {f'figures/{k}': v for k, v in self._final_figures(TrainResult(run_id, m['internal_run_id'], s, m, d)).items()}
+    manifest = dict(run_id=run_id, internal_run_id=m['internal_run_id'], seed_version=self.resolve_version('seed'), delivered_version=m['delivered_version'],
+                    test=m['test'], files={k: sha256_bytes(v) for k, v in sorted(files.items())})
+    return _write_folder(Path(out), files | {'manifest.json': (canonical_json(manifest, indent=2) + '\n').encode()}, overwrite)
+
+@patch
+def promote_seed(self:Runner, version:str, # a version, or 'best', 'current', 'seed'
+                 out:str|Path, # the new seed folder (created)
+                 run:str|None=None, # the training run it came from, for the provenance
+                 overwrite:bool=False) -> Path:
+    "A new seed set from a skills version: its skill files and a hidden `.provenance.json`."
+    v = self.resolve_version(version)
+    files = {n: t.encode() for n, t in self.skills.read_files(v).items()}
+    test = _finished_run(self, run)[1]['test'] if run else None
+    prov = dict(workspace=str(self.workspace.resolve()), version=v, run=run, test=test, files={n: sha256_bytes(b) for n, b in sorted(files.items())})
+    return _write_folder(Path(out), files | {'.provenance.json': (canonical_json(prov, indent=2) + '\n').encode()}, overwrite)

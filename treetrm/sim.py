@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 from fastcore.basics import patch
-from .core import (ConfigError, DataError, atomic_write_json, canonical_json, project_root, asset_dir, read_json, sha256_file,
+from .core import (ConfigError, DataError, atomic_write_json, canonical_json, asset_dir, read_json, sha256_file,
                           sha256_json, stable_seed, where)
 from .data import Question, load_questions, load_tree, option_text, save_questions
 from .llm import LLMProvider, LLMResponse

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 import yaml
 from fastcore.basics import patch
-from .core import (DataError, ConfigError, InfraError, where, project_root, asset_dir, atomic_write_bytes, atomic_write_json,
+from .core import (DataError, ConfigError, InfraError, where, asset_dir, atomic_write_bytes, atomic_write_json,
                           read_json, sha256_json, folder_listing)
 
 # %% auto #0
