@@ -40,10 +40,15 @@ def test_split_train_eval(tmp_path):
         report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2, concurrency=4, backend='sim')
     assert (ws/'pools'/'pools.json').exists()
 
-    train = run('train.ipynb', tmp_path/'train.ipynb', run_id='p1', workspace=str(ws), data_dir=str(world), epochs=2, batch_size=8,
-                concurrency=4, min_ladder_units=8)
+    cfg = tmp_path/'small.yaml'  # a config file under the notebook's parameters: the file sets these, the parameters win
+    cfg.write_text('train:\n  min_ladder_units: 8\n  epochs: 5\n  batch: {batch_size: 8}\n')
+    train = run('train.ipynb', tmp_path/'train.ipynb', run_id='p1', workspace=str(ws), data_dir=str(world), config=str(cfg), epochs=2,
+                concurrency=4)
     run_dir = ws/'runs'/'p1'
     m = read_json(run_dir/'metrics.json')
+    frozen = read_json(run_dir/'checkpoint.json')['state']['structural']
+    assert (frozen['config']['min_ladder_units'], frozen['config']['epochs'], frozen['config']['batch']['batch_size']) == (8, 2, 8)
+    assert frozen['skill_mode'] == 'auto' and 'train.min_ladder_units' in text_of(train)  # the resolved config is shown
     assert read_json(run_dir/'checkpoint.json')['state']['phase'] == 'done'
     assert m['run_id'] == 'p1' and len(m['epochs']) >= 1 and m['steps'] >= 1
     assert m['test']['n'] > 0 and 0 <= m['test']['delivered_accuracy'] <= 1
@@ -62,8 +67,8 @@ def test_split_train_eval(tmp_path):
         assert shown in out, shown
 
     # the same call again reports the finished run without retraining it
-    again = run('train.ipynb', tmp_path/'again.ipynb', run_id='p1', workspace=str(ws), data_dir=str(world), epochs=2, batch_size=8,
-                concurrency=4, min_ladder_units=8)
+    again = run('train.ipynb', tmp_path/'again.ipynb', run_id='p1', workspace=str(ws), data_dir=str(world), config=str(cfg), epochs=2,
+                concurrency=4)
     assert read_json(run_dir/'metrics.json') == m and 'final report' in text_of(again)
 
     ev = run('eval.ipynb', tmp_path/'eval.ipynb', workspace=str(ws), data_dir=str(world), skills_version='best', pool='test', concurrency=4)

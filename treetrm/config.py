@@ -19,7 +19,7 @@ from .split import SplitConfig, load_split_config, SPLIT_KEYS
 # %% auto #0
 __all__ = ['ACCEPTANCE_RULES', 'DELIVER', 'TRAIN_CHECKS', 'TRAIN_RELATIONS', 'DEFAULT_SPLIT', 'CONFIG_SECTIONS',
            'STAGE_PARAMETERS', 'check_table', 'TrainConfig', 'train_config', 'Config', 'load_config', 'runner_config',
-           'stage_config', 'flat_config', 'config_frame']
+           'stage_config', 'flat_config', 'config_frame', 'show_config']
 
 # %% ../nbs/16a_config.ipynb #a2738424
 ACCEPTANCE_RULES = ('gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'gepa_pool')
@@ -194,3 +194,9 @@ def config_frame(config:Config) -> pl.DataFrame:
     "The resolved configuration, one row a knob (dotted key, value as JSON)."
     flat = flat_config(config.to_dict())
     return pl.DataFrame(dict(key=list(flat), value=[canonical_json(v) for v in flat.values()]))
+
+def show_config(config:Config, prefix:str=''):
+    "Display the resolved configuration inline, every row (only the keys starting with `prefix`)."
+    from IPython.display import display
+    f = config_frame(config)
+    with pl.Config(tbl_rows=-1, fmt_str_lengths=100): display(f.filter(pl.col('key').str.starts_with(prefix)))
