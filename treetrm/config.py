@@ -17,13 +17,14 @@ from .skills import SKILL_MODES
 from .split import SplitConfig, load_split_config, SPLIT_KEYS
 
 # %% auto #0
-__all__ = ['ACCEPTANCE_RULES', 'DELIVER', 'TRAIN_CHECKS', 'TRAIN_RELATIONS', 'DEFAULT_SPLIT', 'CONFIG_SECTIONS',
-           'STAGE_PARAMETERS', 'check_table', 'TrainConfig', 'train_config', 'Config', 'load_config', 'runner_config',
-           'stage_config', 'flat_config', 'config_frame', 'show_config']
+__all__ = ['ACCEPTANCE_RULES', 'DELIVER', 'PROBATION_EVIDENCE', 'TRAIN_CHECKS', 'TRAIN_RELATIONS', 'DEFAULT_SPLIT',
+           'CONFIG_SECTIONS', 'STAGE_PARAMETERS', 'check_table', 'TrainConfig', 'train_config', 'Config', 'load_config',
+           'runner_config', 'stage_config', 'flat_config', 'config_frame', 'show_config']
 
 # %% ../nbs/16a_config.ipynb #a2738424
 ACCEPTANCE_RULES = ('gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'gepa_pool')
 DELIVER = ('best', 'current')
+PROBATION_EVIDENCE = ('snapshot', 'fresh')
 
 def _whole(low:int) -> Callable: return lambda v: not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= low
 def _share(high_open:bool=False) -> Callable:
@@ -51,6 +52,7 @@ TRAIN_CHECKS = (  # key, holds when, what is allowed
     ('prompt_edit', _flag, 'True or False'),
     ('max_calls', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
     ('deliver', lambda v: v in DELIVER, f'one of {DELIVER}'),
+    ('probation_evidence', lambda v: v in PROBATION_EVIDENCE, f'one of {PROBATION_EVIDENCE}'),
     ('batch', lambda v: isinstance(v, BatchParams), 'BatchParams (or a dict of its fields)'),
     ('gate', lambda v: isinstance(v, GateParams), 'GateParams (or a dict of its fields)'))
 
@@ -90,6 +92,7 @@ class TrainConfig:
     prompt_edit: bool = False # at each epoch end, one system-prompt edit kept only if its validation run R2 is not worse than R
     max_calls: int|None = None # hard budget: training's model calls of every role; the call past it is never made, training stops mid-step
     deliver: str = 'best' # what training delivers: 'best' (highest validation accuracy at an epoch end) or 'current' (the rule's last state)
+    probation_evidence: str = 'snapshot' # a probation's evidence at each epoch end: 'snapshot' (the held-out units, pre-edit answers vs R) or 'fresh' (a fresh anchor draw vs R on all the type's units)
 
     def __post_init__(self): check_table(self, TRAIN_CHECKS, TRAIN_RELATIONS)
 
@@ -108,8 +111,7 @@ def _section(cls, raw, name:str):
 
 def train_config(config:TrainConfig|dict|None=None, **overrides) -> TrainConfig:
     "A `TrainConfig` from a config, a dict (with `batch`/`gate` as dicts) or defaults, with overrides."
-    if isinstance(config, TrainConfig): return replace(config, **overrides)
-    d = dict(config or {}) | overrides
+    d = (config.__dict__ if isinstance(config, TrainConfig) else dict(config or {})) | overrides
     if unknown := sorted(set(d) - set(TrainConfig.__dataclass_fields__)):
         raise ConfigError(where(f'unknown training settings {unknown}', f'Use some of {sorted(TrainConfig.__dataclass_fields__)}', field=unknown[0]))
     return TrainConfig(**{k: _section(BatchParams if k == 'batch' else GateParams, v, k) if k in ('batch', 'gate') else v for k, v in d.items()})

@@ -18,13 +18,13 @@ from .validate import materialised_candidates, candidates_root
 from . import report
 
 # %% auto #0
-__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'EFFECT_BINS', 'DEFAULT_GRID_SPLIT', 'MIXTURES',
-           'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'oracle_rule', 'CellSpec', 'grid_cells', 'BenchSettings',
-           'train_config', 'world_runner', 'calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin',
-           'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule', 'run_world', 'mean_ci', 'rule_summary',
-           'share_of', 'verdict', 'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job', 'run_grid',
-           'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'plot_frontier', 'plot_budget', 'loop_table',
-           'write_loop_bench', 'show_loop_bench']
+__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'ABLATIONS', 'EFFECT_BINS', 'DEFAULT_GRID_SPLIT',
+           'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'oracle_rule', 'CellSpec', 'grid_cells',
+           'BenchSettings', 'train_config', 'world_runner', 'calls_by_role', 'delivered_rules', 'harmful_points',
+           'effect_bin', 'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule', 'run_world', 'mean_ci',
+           'rule_summary', 'share_of', 'verdict', 'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job',
+           'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'plot_frontier', 'plot_budget',
+           'loop_table', 'write_loop_bench', 'show_loop_bench']
 
 # %% ../nbs/17a_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
@@ -41,7 +41,10 @@ RULE_DESCRIPTIONS = {
     'greedy_margin': 'greedy full validation with a margin of one standard error: accept when W - L > sqrt(W + L)',
     'fixed_n': 'fixed-n exact one-sided McNemar at alpha = 0.05 over the whole ladder',
     'bayes': 'Bayesian: accept when P(candidate better | W, L) >= 0.9, uniform prior on P(win | discordant)',
-    'oracle': "accepts iff the edit's true effect on its task type (the world's truth) is positive; the reference for regret"}
+    'oracle': "accepts iff the edit's true effect on its task type (the world's truth) is positive; the reference for regret",
+    'gate_fresh_probation': "the gate with probation_evidence='fresh': each epoch's settlement pairs a fresh anchor draw with R on all the type's units"}
+ABLATIONS = {'gate_fresh_probation': ('gate', dict(probation_evidence='fresh'))}  # ablation rule -> (acceptance, training settings it changes)
+RULE_LABELS['gate_fresh_probation'], RULE_COLORS['gate_fresh_probation'] = 'gate, fresh probation', '#5aae61'
 EFFECT_BINS = (('harmful', -math.inf, -0.5), ('null', -0.5, 0.5), ('helpful', 0.5, 3.0), ('large', 3.0, math.inf))
 
 # %% ../nbs/17a_loop_bench.ipynb #70bd91fc
@@ -146,8 +149,8 @@ async def train_with_rule(runner:Runner, rule:str, max_calls:int) -> tuple[list,
     timeline = [(0, runner.resolve_version('seed'))]
     def on_event(name, info):
         if name == 'checkpoint' and info['calls'] is not None: timeline.append((info['calls'], info['skills_current']))
-    acc = oracle_rule(runner.data_dir) if rule == 'oracle' else rule
-    res = await runner.train(f'bench-{rule}', acceptance=acc, on_event=on_event)
+    acc, overrides = ABLATIONS.get(rule, (oracle_rule(runner.data_dir) if rule == 'oracle' else rule, {}))
+    res = await runner.train(f'bench-{rule}', acceptance=acc, on_event=on_event, **overrides)
     return timeline, list(res.state.decisions)
 
 # %% ../nbs/17a_loop_bench.ipynb #8c28cf73
@@ -266,7 +269,8 @@ async def run_grid(worlds:list[dict], # world specs: make_world arguments withou
                   ) -> dict:
     "Train every rule on every (world, seed) at the cell's budget; the truth-scored summary in loop.json's shape (finished jobs in `workdir` are reused)."
     settings, t0 = settings or BenchSettings(), time.perf_counter()
-    if bad := [r for r in rules if r not in BENCH_RULES]: raise ConfigError(where(f'unknown benchmark rules {bad}', f'Use some of {BENCH_RULES}', field='rules'))
+    if bad := [r for r in rules if r not in BENCH_RULES and r not in ABLATIONS]:
+        raise ConfigError(where(f'unknown benchmark rules {bad}', f'Use some of {BENCH_RULES} or the ablations {tuple(ABLATIONS)}', field='rules'))
     cells = grid_cells(worlds, budget)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-grid-'))
     keys = [(i, s) for s in seeds for i in range(len(cells))]  # seed by seed: an interrupted grid has whole seeds done

@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 import polars as pl
 from scipy.stats import beta as beta_dist
 from fastcore.basics import patch
-from .core import (ConfigError, DataError, InfraError, where, atomic_write_json, atomic_write_bytes, canonical_json, read_json, sha256_bytes, sha256_file,
+from .core import (ConfigError, DataError, InfraError, where, atomic_write_json, atomic_write_bytes, atomic_write_text, canonical_json, read_json, sha256_bytes, sha256_file,
                           sha256_text, stable_seed, check_count, CallBudget, BudgetError)
 from .data import Question, QuestionUnit, load_questions, build_units, unit_correct, questions_fingerprint
 from .llm import telemetry_row, call_cost
@@ -765,10 +765,25 @@ def holdout_rows(predictions:pl.DataFrame, questions, skills_version:str) -> lis
 
 # %% ../nbs/17_runner.ipynb #af853692
 @patch
-def _settle_probation(self:Runner, r:_TrainRun, s:TrainState, pb, r_correct:dict) -> TrainState:
+async def _anchor_correctness(self:Runner, r:_TrainRun, s:TrainState, pb) -> dict[str, bool]:
+    "A fresh draw of the anchor skills (current files, the type's file at its anchor) on the type's validation questions; INFRA answers left out."
+    target, slug = pb.pending_edits[-1].target, skill_slug(pb.task_type)
+    qs, rid = [q for q in r.val if q.task_type == pb.task_type], f'{r.rid}_e{s.epoch}_anchor_{slug}'
+    dest = candidates_root(self.workspace, f'{r.rid}_e{s.epoch}_anchor')/slug
+    files = self.skills.read_files(s.skills_current) | {target: self.skills.read_files(pb.anchor_version)[target]}
+    try:
+        for name, text in files.items(): atomic_write_text(dest/name, text)
+        await self._infer(qs, rid, None, kind='probation', skills_dir=dest, prompts_version=s.prompts_version, progress=False, summarise=False)
+    finally: shutil.rmtree(dest.parent, ignore_errors=True)
+    p = self.log.predictions(rid).filter(~pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)))
+    return dict(zip(p['question_id'].to_list(), p['correct'].fill_null(False).to_list()))
+
+@patch
+async def _settle_probation(self:Runner, r:_TrainRun, s:TrainState, pb, r_correct:dict) -> TrainState:
     "Settle one probation on R; returns the state with it confirmed, kept or reverted."
     units = [u for u in r.val_units if u.task_type == pb.task_type]
-    w, l, ids = probation_pairs(units, pb.correctness_snapshot, r_correct, pb.consumed_units)
+    if r.config.probation_evidence == 'fresh': w, l, ids = probation_pairs(units, await self._anchor_correctness(r, s, pb), r_correct)
+    else: w, l, ids = probation_pairs(units, pb.correctness_snapshot, r_correct, pb.consumed_units)
     action = settle_probation(pb, w, l, r.config.gate, r.config.probation_rounds)
     edit = pb.pending_edits[-1]
     d = _decision(s, f'e{s.epoch}', pb.task_type, 'probation', action, w=pb.w + w, l=pb.l + l, n_used=pb.n_used + len(ids),
@@ -784,10 +799,10 @@ def _settle_probation(self:Runner, r:_TrainRun, s:TrainState, pb, r_correct:dict
                    decisions=s.decisions[:-1] + (d | dict(version=v),))
 
 @patch
-def _settle_probations(self:Runner, r:_TrainRun, s:TrainState, r_correct:dict) -> TrainState:
+async def _settle_probations(self:Runner, r:_TrainRun, s:TrainState, r_correct:dict) -> TrainState:
     "Settle every open probation on R, in task-type order."
     open_, s = sorted(s.probations, key=lambda p: p.task_type), replace(s, probations=())
-    for pb in open_: s = self._settle_probation(r, s, pb, r_correct)
+    for pb in open_: s = await self._settle_probation(r, s, pb, r_correct)
     return s
 
 # %% ../nbs/17_runner.ipynb #7aa2713d
@@ -856,7 +871,7 @@ async def _slow_update(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     if missing := [q.question_id for q in r.val if q.question_id not in got]: raise InfraError(where(f'{len(missing)} validation questions have no prediction', 'Resume the run', run_id=R))
     r_correct, prev = {q.question_id: bool(got[q.question_id]) for q in r.val}, s.validation_run
     self.log.insert_many({'dual_metric': dual_metric_rows(R, 'validation', s.skills_current, r.val, r_correct)})
-    s = self._settle_probations(r, replace(s, correctness=s.correctness | r_correct, validation_run=R), r_correct)
+    s = await self._settle_probations(r, replace(s, correctness=s.correctness | r_correct, validation_run=R), r_correct)
     acc, r_acc = _accuracy(s.correctness, r.val), _accuracy(r_correct, r.val)
     better = acc > s.best_accuracy
     if better: set_best(self.workspace, s.skills_current, R, event='best')
@@ -1028,11 +1043,12 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
                 start:str='seed', # the skills version to start from
                 fresh:bool=False, # archive an existing run of this id and start again
                 show:bool=False, # display step, epoch and final reports inline
-                on_event:Callable|None=None # on_event(name, info) after each side effect
+                on_event:Callable|None=None, # on_event(name, info) after each side effect
+                **settings # more `TrainConfig` fields for this run, e.g. probation_evidence='fresh'
                ) -> TrainResult:
     "Train the skills (DESIGN §8): resumable by run id; ends with the best version delivered and tested once."
     check_run_id(run_id); await self.split()
-    cfg = replace(self.config, **{k: v for k, v in dict(epochs=epochs, acceptance=acceptance).items() if v is not None})
+    cfg = train_config(self.config, **{k: v for k, v in dict(epochs=epochs, acceptance=acceptance).items() if v is not None}, **settings)
     r = self._train_run(run_id, cfg, self.resolve_version(start), fresh, show, on_event)
     s = load_checkpoint(r.checkpoint, expect_structural=r.parts)
     if s is not None and s.phase == 'done': return TrainResult(run_id, r.rid, s, read_json(r.dir/'metrics.json'), r.dir, True)
