@@ -47,7 +47,7 @@ def failed_result(question:Question, error:str, latency_s:float=0.0) -> AgentRes
 async def save_result(log:HarnessLog, run_id:str, question:Question, result:AgentResult) -> int:
     "Persist one question's prediction and traces together, off the event loop."
     rows = {'predictions': [prediction_row(run_id, question, result)], 'traces': trace_rows(run_id, question, result)}
-    return await asyncio.to_thread(log.insert_many, rows)
+    return await log.ainsert_many(rows)
 
 # %% ../nbs/07_inference.ipynb #2a1b2cc4
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from .core import ConfigError, DataError, InfraError, canonical_json, where
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'KINDS', 'TABLES', 'ENCODERS', 'Table', 'schema_frame', 'table_spec', 'create_sql', 'encode_value',
-           'utc_now', 'encode_row', 'connect', 'ensure_schema', 'HarnessLog', 'insert_sql', 'rows_frame', 'RunRecord',
-           'check_run_id']
+           'utc_now', 'encode_row', 'connect', 'ensure_schema', 'HarnessLog', 'insert_sql', 'finish_in_thread',
+           'rows_frame', 'RunRecord', 'check_run_id']
 
 # %% ../nbs/06_log.ipynb #72ca5c7c
 SCHEMA_VERSION = 1 # stored in the database header (`PRAGMA user_version`)
@@ -262,10 +262,25 @@ def insert(self:HarnessLog, table:str, # a table name from `TABLES`
     "Insert `rows` into `table`, skipping rows whose natural key exists; returns the number inserted."
     return self.insert_many({table: rows})
 
+async def finish_in_thread(fn, *args):
+    "`fn(*args)` in a worker thread; if the awaiting task is cancelled, the write still ends before the cancellation goes on, so no write outlives its task."
+    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try: return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        while not fut.done():
+            try: await asyncio.shield(fut)
+            except asyncio.CancelledError: pass
+        raise
+
+@patch
+async def ainsert_many(self:HarnessLog, rows:dict) -> int:
+    "`insert_many` in a worker thread, so the event loop keeps running (see `finish_in_thread`)."
+    return await finish_in_thread(self.insert_many, rows)
+
 @patch
 async def ainsert(self:HarnessLog, table:str, rows:list[dict]|pl.DataFrame) -> int:
-    "`insert` in a worker thread, so the event loop keeps running."
-    return await asyncio.to_thread(self.insert, table, rows)
+    "`insert` in a worker thread, so the event loop keeps running (see `finish_in_thread`)."
+    return await self.ainsert_many({table: rows})
 
 # %% ../nbs/06_log.ipynb #d79535e7
 def _where_clause(t:Table, filters:dict) -> tuple[str, list]:
