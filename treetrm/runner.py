@@ -933,7 +933,9 @@ def delivered_version(config:TrainConfig, s:TrainState) -> str:
 async def _final(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     "Deliver the best (or, per `config.deliver`, the current) version, evaluate it once on the test pool, write metrics.json."
     v = delivered_version(r.config, s)
-    set_current(self.workspace, v, r.rid, event=f'deliver_{r.config.deliver}')
+    m, event = load_manifest(self.workspace), f'deliver_{r.config.deliver}'
+    redone = m.skills_current == v and m.history and (m.history[-1]['event'], m.history[-1]['run']) == (event, r.rid)
+    if not redone: set_current(self.workspace, v, r.rid, event=event)  # a resume after a kill here records the delivery once
     final = f'{r.rid}_final_test'
     await self._infer(r.test, final, v, kind='final_test', prompts_version=s.prompts_version, progress=False)
     preds = self.log.predictions(final)
