@@ -624,6 +624,8 @@ def init_workspace(path:str|Path, # the workspace folder (created when missing)
 def _set_pointer(workspace:str|Path, field:str, kind:str, version:str|int, run:str|None, event:str) -> Manifest:
     "Point a manifest field at an existing version and record the event."
     m = load_manifest(workspace); v = VersionStore(workspace, kind).path(version).name
+    last = m.history[-1] if m.history else {}
+    if getattr(m, field) == v and (last.get('event'), last.get('version'), last.get('run')) == (event, v, run): return m  # redone after a kill: recorded once
     m = replace(m, **{field: v}, history=m.history + (_event(event, v, run),))
     save_manifest(workspace, m)
     return m
