@@ -85,8 +85,12 @@ def test_failed_judge_calls_degrade_rows_and_do_not_abort(world, tmp_path):
         assert 0 < result.n_degraded < result.n_judged
         degraded = result.signals.filter(pl.col('degraded'))
         assert degraded['tier'].null_count() == degraded.height and degraded['cause'].str.contains('judge call failed').all()
-        again = asyncio.run(diagnose(qs, log=log, baseline_run_id='base', judge=judge, skills_dir=SKILLS))
-    assert (again.n_judged, again.judge_calls) == (0, 0)  # degraded rows are final for this fingerprint
+    # the endpoint, not the judge, failed those cases: a resume against a healthy endpoint asks for exactly them again
+    with serve(world_dir=world) as server:
+        again = asyncio.run(diagnose(qs, log=log, baseline_run_id='base', judge=judge_for(server, log), skills_dir=SKILLS))
+    assert (again.n_judged, again.judge_calls, again.n_degraded) == (degraded.height, degraded.height, 0)
+    assert again.signals.height == result.signals.height and not again.signals['degraded'].any()
+    assert sorted(again.signals.filter(pl.col('question_id').is_in(degraded['question_id'].to_list()))['question_id'].to_list()) == sorted(degraded['question_id'].to_list())
 
 
 def test_judge_model_that_differs_from_the_provider_is_a_config_error(world, tmp_path):

@@ -135,7 +135,9 @@ def test_diagnosis_under_faults(rate, world, questions, clean, clean_diagnosis, 
     # every diagnosis that did come back is the clean one
     ok = both.filter(~pl.col('degraded'))
     for col in ('tier', 'error_type', 'evolution_target', 'infra'): assert (ok[col].eq_missing(ok[f'{col}_clean'])).all(), col
-    assert stats['requests'] <= calls['attempt'].sum() <= 1.1 * stats['requests'] and all(stats[k] > 0 for k in FAULT_KINDS if rate > 0.1)
+    assert stats['requests'] <= calls['attempt'].sum() <= 1.1 * stats['requests']
+    # the faults reached the judge in several kinds (about 40 requests: at 30% a kind may be drawn no time, at 60% none is missed)
+    assert sum(stats[k] > 0 for k in FAULT_KINDS) >= {0.1: 1, 0.3: 3}.get(rate, len(FAULT_KINDS)), {k: stats[k] for k in FAULT_KINDS}
     print(f'\n[faults] diagnosis rate={rate}: wrong={wrong.height} degraded={failed.height} requests={stats["requests"]}')
 
 # ---------------------------------------------------------------- gate round

@@ -14,18 +14,20 @@ from fastcore.basics import patch
 from .core import TreeTrmError, ConfigError, DataError, InfraError, BudgetError, where, asset_dir, file_identity
 from .data import (Question, VideoTree, Node, LEVEL_NAMES, node_summary, node_text, frame_path,
                           option_letters, option_text)
-from .llm import LLMProvider, LLMResponse
+from .llm import LLMProvider, LLMResponse, ContextLengthError, json_schema_format
 from .skills import Skill, route_skills, read_skill as find_skill
 
 # %% auto #0
-__all__ = ['STOP_REASONS', 'INFRA_STOP_REASONS', 'TOOL_NAMES', 'MAX_SEARCH_K', 'MAX_OBSERVE_IDS', 'VISUAL_FIELDS',
-           'TEXT_FALLBACK', 'TOOL_FUNCTIONS', 'PROMPT_FILES', 'ITERATION_FACTOR', 'MAX_PARSE_FAILURES',
-           'normalise_answer', 'ToolError', 'seconds_text', 'span_text', 'value_text', 'node_header', 'child_line',
+__all__ = ['STOP_REASONS', 'INFRA_STOP_REASONS', 'TOOL_NAMES', 'SUBTITLE_PAGE_CHARS', 'MAX_SEARCH_K', 'MAX_OBSERVE_IDS',
+           'VISUAL_FIELDS', 'TEXT_FALLBACK', 'TOOL_FUNCTIONS', 'PROMPT_FILES', 'MAX_ENUM_IDS', 'ITERATION_FACTOR',
+           'MAX_PARSE_FAILURES', 'CHARS_PER_TOKEN', 'MAX_OUTPUT_CHARS', 'DEFAULT_REPLY_TOKENS', 'normalise_answer',
+           'ToolError', 'seconds_text', 'span_text', 'value_text', 'node_header', 'child_line', 'subtitle_page',
            'view_node', 'SearchIndex', 'build_search_index', 'search_index', 'search_hits', 'search', 'frame_nodes',
            'frame_block', 'observe_text', 'parse_vision_reply', 'vision_output', 'observe_frame', 'add_usage',
            'as_text', 'AgentTools', 'AgentPrompts', 'default_prompts_dir', 'load_agent_prompts', 'tools_section',
-           'skills_sections', 'system_message', 'user_message', 'build_messages', 'AgentReply', 'parse_reply', 'Step',
-           'AgentResult', 'feedback', 'astuple_reply', 'run_agent']
+           'skills_sections', 'system_message', 'user_message', 'build_messages', 'AgentReply', 'parse_reply',
+           'salvage_answer', 'tool_args_schemas', 'agent_reply_format', 'Step', 'AgentResult', 'context_budget',
+           'estimate_tokens', 'truncate_output', 'fit_context', 'feedback', 'astuple_reply', 'run_agent']
 
 # %% ../nbs/05_agent.ipynb #c0ff84ef
 _ANSWER = re.compile(r'\s*(?:answer\s*(?:is)?\s*[:：]?\s*)?\(?([A-Za-z])\)?\s*(?:[.):：]\s*.*)?', re.I | re.S)
@@ -39,7 +41,7 @@ def normalise_answer(text, # what the model gave as its answer
     return letter if letter in letters else None
 
 # %% ../nbs/05_agent.ipynb #458c6871
-STOP_REASONS = ('finished', 'budget_exceeded', 'parse_error', 'error')
+STOP_REASONS = ('finished', 'budget_exceeded', 'unformatted', 'parse_error', 'error')
 INFRA_STOP_REASONS = frozenset({'error', 'parse_error'})
 TOOL_NAMES = ('view_node', 'search', 'observe_frame', 'read_skill', 'submit_answer')
 
@@ -77,14 +79,28 @@ def _node(tree:VideoTree, node_id) -> Node:
         raise ToolError(f'unknown node id {node_id!r} in video {tree.video_id}; start from the scenes {", ".join(tree.roots)}')
     return tree.nodes[node_id]
 
+SUBTITLE_PAGE_CHARS = 1500
+
+def subtitle_page(node:Node, page:int=1) -> str:
+    "The `subtitle:` line of a node showing page `page` of its subtitle, with a pointer to the next page."
+    text = value_text(node.subtitle)
+    pages = max(1, -(-len(text) // SUBTITLE_PAGE_CHARS))
+    if not isinstance(page, int) or isinstance(page, bool) or not 1 <= page <= pages:
+        raise ToolError(f'page must be a whole number from 1 to {pages} for {node.node_id}, got {page!r}')
+    if pages == 1: return f'subtitle: {text}'
+    part = text[(page - 1) * SUBTITLE_PAGE_CHARS: page * SUBTITLE_PAGE_CHARS]
+    more = f'; view_node with {{"node_id": "{node.node_id}", "page": {page + 1}}} shows the next' if page < pages else ''
+    return f'subtitle (page {page} of {pages}{more}): {part}'
+
 def view_node(tree:VideoTree, # the video's tree
-              node_id:str # the node to open
+              node_id:str, # the node to open
+              page:int=1 # which page of a long subtitle
              ) -> str:
-    "The text of one node: header, summary, card fields, subtitle and children overview."
+    "The text of one node: header, summary, card fields, subtitle (paged) and children overview."
     node = _node(tree, node_id)
     return '\n'.join([node_header(node), f'summary: {value_text(node_summary(node))}',
                       *(f'{k}: {value_text(v)}' for k,v in node.card.items()),
-                      f'subtitle: {value_text(node.subtitle)}', 'children:', *map(child_line, tree.children(node.node_id))])
+                      subtitle_page(node, page), 'children:', *map(child_line, tree.children(node.node_id))])
 
 # %% ../nbs/05_agent.ipynb #b11a0b7c
 @dataclass(frozen=True)
@@ -233,7 +249,7 @@ class AgentTools:
         return tuple(t for t in TOOL_NAMES if t != 'read_skill' or self.mode == 'manual')
 
 # %% ../nbs/05_agent.ipynb #15f04131
-def _tool_view_node(self:AgentTools, node_id:str) -> str: return view_node(self.tree, node_id)
+def _tool_view_node(self:AgentTools, node_id:str, page:int=1) -> str: return view_node(self.tree, node_id, page)
 def _tool_search(self:AgentTools, query:str, k:int=5) -> str: return search(self.tree, query, k)
 
 async def _tool_observe_frame(self:AgentTools, node_ids) -> str:
@@ -371,6 +387,62 @@ def parse_reply(content:str # the assistant's reply text
     args = action.get('args')
     return AgentReply(obj.get('reflect'), obj.get('plan'), action['tool'].strip(), {} if args is None else args)
 
+# %% ../nbs/05_agent.ipynb #14068978
+_NAMED = re.compile(r'(?:answer|option|choice)\s*(?:is|:|：|=)?\s*\(?\**([A-Za-z])\b|\(([A-Za-z])\)|(?:^|\s)([A-Za-z])[.):](?=\s|$)', re.I | re.M)
+
+def salvage_answer(text:str, # a reply that did not follow the protocol
+                   letters:tuple=tuple('ABCD') # the question's option letters
+                  ) -> str|None:
+    "The one option letter an unformatted reply names (`C. 4`, `(B)`, `The answer is D`, `{\"answer\": \"C\"}`), else None."
+    obj = _reply_object_any(text)
+    if isinstance(obj, dict):  # a JSON reply with an answer but no protocol action
+        args = obj['action'].get('args') if isinstance(obj.get('action'), dict) else None
+        for v in (obj.get('answer'), args.get('answer') if isinstance(args, dict) else None):
+            if v is not None and (letter := normalise_answer(as_text(v), letters)) is not None: return letter
+    named = {next(g for g in m.groups() if g).upper() for m in _NAMED.finditer(text or '')}
+    named |= {normalise_answer((text or '').strip(), letters)} - {None}
+    return named.pop() if len(named) == 1 and named <= set(letters) else None
+
+def _reply_object_any(text:str):
+    "The reply read as JSON (after repair), or None."
+    try: return json_repair.loads(text or '')
+    except Exception: return None
+
+# %% ../nbs/05_agent.ipynb #dfd3c121
+MAX_ENUM_IDS = 400 # node-id enums above this size are sent as plain strings (schema size limits of the servers)
+
+def _ids(ids) -> dict:
+    ids = list(ids)
+    return {'type': 'string', 'enum': ids} if len(ids) <= MAX_ENUM_IDS else {'type': 'string', 'minLength': 1}
+
+def _args_schema(props:dict, required:list) -> dict:
+    return {'type': 'object', 'properties': props, 'required': required, 'additionalProperties': False}
+
+def tool_args_schemas(tools:AgentTools) -> dict[str, dict]:
+    "tool name -> the JSON schema of its `args`, for the tools of this question and mode."
+    tree, letters = tools.tree, list(option_letters(tools.question) if tools.question else 'ABCD')
+    frames = [n for n, node in tree.nodes.items() if node.level in (2, 3)]
+    text = lambda n: {'type': 'string', 'maxLength': n}
+    every = {'view_node': _args_schema({'node_id': _ids(tree.nodes), 'page': {'type': 'integer', 'minimum': 1}}, ['node_id']),
+             'search': _args_schema({'query': {'type': 'string', 'minLength': 1, 'maxLength': 120}, 'k': {'type': 'integer', 'minimum': 1, 'maximum': MAX_SEARCH_K}}, ['query']),
+             'observe_frame': _args_schema({'node_ids': {'type': 'array', 'items': _ids(frames), 'minItems': 1, 'maxItems': MAX_OBSERVE_IDS}}, ['node_ids']),
+             'read_skill': _args_schema({'name': _ids(tools.skills) if tools.skills else {'type': 'string', 'minLength': 1}}, ['name']),
+             'submit_answer': _args_schema({'answer': {'type': 'string', 'enum': letters}, 'evidence': text(600), 'reasoning': text(600)}, ['answer', 'evidence', 'reasoning'])}
+    return {t: every[t] for t in tools.tool_names()}
+
+def agent_reply_format(tools:AgentTools, # the question's toolbox
+                       only:tuple|None=None # the tools allowed (default: all of this mode's); the forced last turn allows submit_answer alone
+                      ) -> dict:
+    "The `response_format` of the agent's replies: reflect, plan and an action that is one of the tools with its arguments."
+    letters = list(option_letters(tools.question) if tools.question else 'ABCD')
+    reflect = {'type': 'object', 'properties': {'learned': {'type': 'string', 'maxLength': 400}, 'best_candidate': {'type': 'string', 'enum': letters},
+                                                'confidence': {'type': 'number', 'minimum': 0, 'maximum': 1}, 'answer_ready': {'type': 'boolean'}},
+               'required': ['learned', 'best_candidate', 'confidence', 'answer_ready']}
+    actions = [{'type': 'object', 'properties': {'tool': {'type': 'string', 'const': t}, 'args': s}, 'required': ['tool', 'args'], 'additionalProperties': False}
+               for t, s in tool_args_schemas(tools).items() if only is None or t in only]
+    return json_schema_format('agent_reply', {'type': 'object', 'properties': {'reflect': reflect, 'plan': {'type': 'string', 'maxLength': 400}, 'action': {'anyOf': actions}},
+                                              'required': ['reflect', 'plan', 'action'], 'additionalProperties': False})
+
 # %% ../nbs/05_agent.ipynb #ce5b2b48
 @dataclass(frozen=True)
 class Step:
@@ -410,6 +482,9 @@ class AgentResult:
 # %% ../nbs/05_agent.ipynb #4d2dd076
 ITERATION_FACTOR = 3 # model turns allowed per budget step (tool errors and retries cost turns, not budget)
 MAX_PARSE_FAILURES = 3 # consecutive unparseable replies that end the loop
+CHARS_PER_TOKEN = 2.5 # a cautious characters-per-token estimate: JSON and node ids tokenize densely (SmolLM2 measured below 3)
+MAX_OUTPUT_CHARS = 20_000 # cap on one tool output when the provider states no context budget
+DEFAULT_REPLY_TOKENS = 512 # reply room kept free when the provider sets no max_tokens
 
 class _Stop(Exception):
     "Ends the loop with a stop reason."
@@ -427,16 +502,68 @@ class _Run:
     n_calls: int = 0
     usage: dict = field(default_factory=dict)
     answer: dict|None = None # submit_answer args once accepted
+    response_format: dict|None = None # the reply schema sent with every call
+    prompt_tokens: int|None = None # the conversation's budget (context minus reply room); None = no budget
+    salvaged: bool = False # the answer was read from an unformatted reply
+
+    @property
+    def output_chars(self) -> int:
+        "The cap on one tool output."
+        return MAX_OUTPUT_CHARS if self.prompt_tokens is None else max(400, int(self.prompt_tokens * CHARS_PER_TOKEN) // 4)
+
+def context_budget(provider:LLMProvider) -> int|None:
+    "Prompt tokens a conversation may use with `provider`: its `context_tokens` minus the reply's room; None without a budget."
+    ctx = getattr(provider, 'context_tokens', None)
+    return None if not ctx else ctx - (getattr(provider, 'max_tokens', None) or DEFAULT_REPLY_TOKENS)
+
+def estimate_tokens(messages:list[dict]) -> int:
+    "A cautious token count of a conversation (characters / CHARS_PER_TOKEN, plus a few per message)."
+    return int(sum(len(m.get('content') or '') for m in messages) / CHARS_PER_TOKEN) + 4 * len(messages)
+
+def truncate_output(text:str, n:int) -> str:
+    "`text` cut to `n` characters with a visible marker saying how much was left out."
+    return text if len(text) <= n else text[:n] + f'\n[truncated: {len(text) - n} more characters not shown; ask for less (a narrower node, a smaller k, the next page)]'
+
+_ELIDED = '[elided:'
+
+def _elide(m:dict) -> dict:
+    head, _, body = m['content'].partition('\n')
+    return {**m, 'content': f'{head}\n{_ELIDED} an older tool output of {len(body)} characters, removed to fit the context budget; call the tool again if you need it]'}
+
+def _action_only(m:dict) -> dict:
+    "An old assistant reply cut to its action (reflect and plan dropped), so the conversation still shows what was called."
+    parsed = parse_reply(m.get('content') or '')
+    short = json.dumps({'action': {'tool': parsed.tool, 'args': parsed.args}}, ensure_ascii=False) if parsed else (m.get('content') or '')[:200]
+    return {**m, 'content': short}
+
+def fit_context(messages:list[dict], # the conversation (changed in place)
+                budget:int|None, # prompt tokens allowed; None = leave it alone
+                keep_last:int=1 # tool outputs at the end that are never elided
+               ) -> int:
+    "Elide the oldest tool outputs until the conversation's estimate fits `budget`; returns how many were elided."
+    if budget is None: return 0
+    tool_msgs = [i for i, m in enumerate(messages) if m.get('role') == 'user' and str(m.get('content', '')).startswith('[tool result:')
+                 and _ELIDED not in m['content']]
+    n = 0
+    for i in tool_msgs[:max(0, len(tool_msgs) - keep_last)]:
+        if estimate_tokens(messages) <= budget: break
+        messages[i] = _elide(messages[i]); n += 1
+        if messages[i - 1].get('role') == 'assistant': messages[i - 1] = _action_only(messages[i - 1])  # the reply that asked for it
+    return n
 
 def feedback(tool:str, output:str) -> str:
     "The user message that carries a tool's output back: `[tool result: <name>]` then the output."
     return f'[tool result: {tool}]\n{output}'
 
 async def _ask(run:_Run, provider:LLMProvider, **kw) -> LLMResponse:
-    "One model call; any failure ends the loop with stop reason 'error' (a spent call budget stops the whole run instead)."
-    try: reply = await provider.chat(run.messages, **kw)
-    except BudgetError: raise
-    except Exception as e: raise _Stop('error', f'{type(e).__name__}: {e}') from e
+    "One model call within the context budget; any failure ends the loop with stop reason 'error' (a spent call budget stops the whole run instead)."
+    fit_context(run.messages, run.prompt_tokens)
+    for retry in (False, True):
+        try: reply = await provider.chat(run.messages, response_format=run.response_format, **kw); break
+        except BudgetError: raise
+        except ContextLengthError as e:
+            if retry or not fit_context(run.messages, 0): raise _Stop('error', f'{type(e).__name__}: {e}') from e
+        except Exception as e: raise _Stop('error', f'{type(e).__name__}: {e}') from e
     run.n_calls += 1; add_usage(run.usage, reply.usage)
     run.messages.append({'role': 'assistant', 'content': reply.content or ''})
     return reply
@@ -448,11 +575,18 @@ async def _act(run:_Run, reply:AgentReply) -> tuple[str, bool]:
     except ToolError as e: return feedback(reply.tool, f'[tool error] {e}'), False
     except InfraError as e: raise _Stop('error', f'{type(e).__name__}: {e}') from e
     if reply.tool == 'submit_answer': run.answer = reply.args
-    return feedback(reply.tool, output), True
+    return feedback(reply.tool, truncate_output(output, run.output_chars)), True
 
 def _record(run:_Run, reply:LLMResponse, parsed:AgentReply|None, output:str, counted:bool):
     "Keep one turn as a `Step`."
     run.steps.append(Step(len(run.steps), reply.reasoning, reply.content or '', *astuple_reply(parsed), output, counted))
+
+def _salvage(run:_Run, content:str) -> bool:
+    "Take the one option an unformatted reply names as the answer (flagged); whether there was one."
+    q = run.tools.question
+    if (letter := salvage_answer(content, option_letters(q) if q else tuple('ABCD'))) is None: return False
+    run.answer, run.salvaged = {'answer': letter, 'evidence': '', 'reasoning': f'read from an unformatted reply: {content[:300]}'}, True
+    return True
 
 def astuple_reply(reply:AgentReply|None) -> tuple:
     "(reflect, plan, tool, args) of a parsed reply, Nones when it did not parse."
@@ -463,7 +597,10 @@ async def _turn(run:_Run, provider:LLMProvider, **kw):
     reply = await _ask(run, provider, **kw)
     parsed = parse_reply(reply.content)
     run.failures = 0 if parsed else run.failures + 1
-    if run.failures >= MAX_PARSE_FAILURES: _record(run, reply, None, '', False); raise _Stop('parse_error')
+    if run.failures >= MAX_PARSE_FAILURES:
+        _record(run, reply, None, '', False)
+        if _salvage(run, reply.content): raise _Stop('unformatted')
+        raise _Stop('parse_error')
     text, counted = await _act(run, parsed) if parsed else (run.prompts['retry.md'], False)
     run.used += counted
     _record(run, reply, parsed, text, counted)
@@ -471,12 +608,14 @@ async def _turn(run:_Run, provider:LLMProvider, **kw):
 
 # %% ../nbs/05_agent.ipynb #8a04d901
 async def _answer_now(run:_Run, provider:LLMProvider, **kw):
-    "The forced last turn after the budget is spent."
+    "The forced last turn after the budget is spent (an unformatted reply naming one option still counts, flagged)."
     run.messages.append({'role': 'user', 'content': run.prompts['answer_now.md']})
+    if run.response_format is not None: run.response_format = agent_reply_format(run.tools, only=('submit_answer',))  # a constrained model can only answer
     reply = await _ask(run, provider, **kw)
     parsed = parse_reply(reply.content)
     text = (await _act(run, parsed))[0] if parsed is not None and parsed.tool == 'submit_answer' else ''
     _record(run, reply, parsed, text, False)
+    if run.answer is None and parsed is None: _salvage(run, reply.content)
 
 async def _loop(run:_Run, provider:LLMProvider, max_steps:int, **kw) -> str:
     "Turns until an answer, the budget or the turn cap; returns the stop reason."
@@ -486,7 +625,7 @@ async def _loop(run:_Run, provider:LLMProvider, max_steps:int, **kw) -> str:
         await _turn(run, provider, **kw)
     if run.answer is not None: return 'finished'
     await _answer_now(run, provider, **kw)
-    return 'budget_exceeded'
+    return 'unformatted' if run.salvaged else 'budget_exceeded'
 
 # %% ../nbs/05_agent.ipynb #93c39c9e
 def _result(question:Question, run:_Run, reason:str, error:str|None, t0:float) -> AgentResult:
@@ -513,7 +652,8 @@ async def run_agent(question:Question, # the question to answer
     if max_steps < 1: raise ConfigError(where(f'max_steps must be at least 1, got {max_steps}', field='max_steps'))
     t0, prompts = time.monotonic(), load_agent_prompts(prompts_dir)
     tools = AgentTools(tree, question, skills, mode, vision, prompts['vision.md'], max_frames)
-    run = _Run(tools, prompts, build_messages(question, tree, skills, mode, prompts))
+    run = _Run(tools, prompts, build_messages(question, tree, skills, mode, prompts), response_format=agent_reply_format(tools),
+               prompt_tokens=context_budget(provider))
     try: reason, error = await _loop(run, provider, max_steps, temperature=temperature, seed=seed), None
     except _Stop as s: reason, error = s.reason, s.error
     return _result(question, run, reason, error, t0)

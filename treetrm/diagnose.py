@@ -10,18 +10,20 @@ from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
 from .core import ConfigError, DataError, InfraError, canonical_json, asset_dir, read_json, sha256_json, stable_seed, where, check_count
-from .data import Question
-from .agent import INFRA_STOP_REASONS
-from .llm import LLMProvider, reply_json
+from .data import Question, VideoTree, load_trees
+from .agent import INFRA_STOP_REASONS, CHARS_PER_TOKEN, view_node, search_hits, truncate_output, context_budget, estimate_tokens
+from .llm import LLMProvider, reply_json, json_schema_format
 from .skills import load_skill_dir, render_skill, route_skills
 from .log import HarnessLog
 from .sim import ERROR_TYPES
 
 # %% auto #0
-__all__ = ['CRITERIA_FILES', 'PROMPT_FILES', 'ADHERENCE', 'DiagnosePrompts', 'default_diagnose_dir', 'load_diagnose_prompts',
-           'code_version', 'diag_fingerprint', 'check_judge_model', 'is_infra_or_empty', 'wrong_rows', 'trace_steps',
-           'diagnose_context', 'diagnose_messages', 'parse_diagnosis', 'Verdict', 'judge_case', 't0_row', 'verdict_row',
-           'DiagnosisResult', 'diagnose', 'case_packs', 'judge_truth', 'judge_agreement']
+__all__ = ['CRITERIA_FILES', 'PROMPT_FILES', 'EVIDENCE_CHARS', 'NODE_EVIDENCE_CHARS', 'ADHERENCE', 'JUDGE_FAILED',
+           'DiagnosePrompts', 'default_diagnose_dir', 'load_diagnose_prompts', 'code_version', 'diag_fingerprint',
+           'check_judge_model', 'is_infra_or_empty', 'wrong_rows', 'trace_steps', 'diagnose_context',
+           'diagnose_messages', 'opened_nodes', 'evidence_nodes', 'evidence_text', 'evidence_room', 'fitted_request',
+           'parse_diagnosis', 'Verdict', 'diagnosis_format', 'judge_case', 't0_row', 'verdict_row', 'DiagnosisResult',
+           'diagnose', 'case_packs', 'judge_truth', 'judge_agreement']
 
 # %% ../nbs/08_diagnose.ipynb #5ba9ba79
 CRITERIA_FILES = ('defect_vs_lapse.md', 'missed_nodes.md', 'skill_adherence.md', 'confirmation_bias.md',
@@ -122,14 +124,65 @@ def _steps_text(steps:list[dict]) -> str:
 def diagnose_messages(prompts:DiagnosePrompts, # the judge templates
                       ctx:dict, # from `diagnose_context`
                       skill_text:str, # the routed skill's text
-                      stop_reason:str='' # the agent's stop reason
+                      stop_reason:str='', # the agent's stop reason
+                      evidence:str='' # `evidence_text`: the tree nodes relevant to the miss
                      ) -> list[dict]:
     "The judge's chat messages for one case."
     user = string.Template(prompts.texts['request.md']).substitute(
         task_type=ctx['task_type'], question=_soft(ctx['question']), options='\n'.join(map(_soft, ctx['options'])), answer=ctx['answer'],
         prediction=ctx['prediction'], stop_reason=stop_reason or 'unknown', skill_file=ctx['skill_file'], skill_text=_soft(skill_text).strip(),
-        steps=_steps_text(ctx['steps']), context=json.dumps(ctx, ensure_ascii=False))
+        steps=_steps_text(ctx['steps']), evidence=_soft(evidence or '(the video tree was not given to the diagnosis)'), context=json.dumps(ctx, ensure_ascii=False))
     return [{'role': 'system', 'content': prompts.system()}, {'role': 'user', 'content': user}]
+
+# %% ../nbs/08_diagnose.ipynb #882eb0aa
+EVIDENCE_CHARS = 6000 # room for node texts in a judge request when the judge states no context budget
+NODE_EVIDENCE_CHARS = 1200 # cap on one node's text
+
+def opened_nodes(steps:list[dict]) -> list[str]:
+    "Node ids the agent opened or looked at (`view_node`, `observe_frame`), in order, once each."
+    ids = []
+    for s in steps:
+        a = s.get('args') or {}
+        if s.get('tool') == 'view_node': ids.append(a.get('node_id'))
+        elif s.get('tool') == 'observe_frame': ids += [a.get('node_ids')] if isinstance(a.get('node_ids'), str) else list(a.get('node_ids') or [])
+    return list(dict.fromkeys(i for i in ids if isinstance(i, str)))
+
+def evidence_nodes(tree:VideoTree, # the question's video tree
+                   q:Question, # the question
+                   steps:list[dict], # `trace_steps` of the agent's answer
+                   k:int=3 # BM25 hits of the question's neighbourhood
+                  ) -> list[tuple[str, str]]:
+    "(node id, why) of the nodes relevant to a miss: the ones the agent opened, then the question's best hits and their parents."
+    out = {i: 'opened by the agent' for i in opened_nodes(steps) if i in tree.nodes}
+    for node, _ in search_hits(tree, ' '.join([q.question, *map(str, q.options)]), k):
+        for i in (node.node_id, node.parent_id):
+            if i and i in tree.nodes: out.setdefault(i, 'matches the question')
+    return list(out.items())
+
+def evidence_text(tree:VideoTree|None, q:Question, steps:list[dict], max_chars:int=EVIDENCE_CHARS) -> str:
+    "The evidence section of a judge request: each relevant node's text, within `max_chars`."
+    if tree is None: return ''
+    parts, used = [], 0
+    for node_id, why in evidence_nodes(tree, q, steps):
+        text = f'({why})\n' + truncate_output(view_node(tree, node_id), NODE_EVIDENCE_CHARS)
+        if used + len(text) > max_chars: parts.append(f'[{len(evidence_nodes(tree, q, steps)) - len(parts)} more nodes left out to fit the judge\'s context]'); break
+        parts.append(text); used += len(text)
+    return '\n\n'.join(parts)
+
+def evidence_room(judge) -> int:
+    "Characters of node text a judge request may carry: a third of the judge's context budget, else `EVIDENCE_CHARS`."
+    ctx = getattr(judge, 'context_tokens', None)
+    return int(ctx * CHARS_PER_TOKEN) // 3 if ctx else EVIDENCE_CHARS
+
+def fitted_request(judge, prompts:DiagnosePrompts, q:Question, p:dict, skill_file:str, skill_text:str, tree:VideoTree|None=None) -> tuple[dict, list[dict]]:
+    "(context, messages) of one judge request, its tool outputs and evidence cut down step by step until it fits the judge's context budget."
+    budget, room = context_budget(judge), evidence_room(judge)
+    for cap in (4000, 1500, 500, 150):
+        ctx = diagnose_context(q, p, skill_file, cap)
+        messages = diagnose_messages(prompts, ctx, skill_text, p.get('stop_reason') or '', evidence_text(tree, q, ctx['steps'], room))
+        if budget is None or estimate_tokens(messages) <= budget: break
+        room //= 2
+    return ctx, messages
 
 # %% ../nbs/08_diagnose.ipynb #e0ee5341
 ADHERENCE = ('followed', 'partial', 'ignored')
@@ -182,6 +235,18 @@ class Verdict:
     model: str = '' # the model that answered
     attempts: int = 0 # judge calls made
 
+JUDGE_FAILED = 'judge call failed' # the cause of a degraded row the endpoint is to blame for (asked again on resume)
+
+def diagnosis_format(skill_files=None) -> dict:
+    "The `response_format` of a judge reply: the Diagnosis object, with `evidence_target` one of the skill files or null."
+    target = {'type': ['string', 'null']} if not skill_files else {'enum': [*sorted(skill_files), None]}
+    return json_schema_format('diagnosis', {'type': 'object', 'additionalProperties': False,
+        'properties': {'tier': {'type': 'string', 'enum': ['T1', 'T2']}, 'error_type': {'type': 'string', 'enum': list(ERROR_TYPES)},
+                       'cause': {'type': 'string', 'minLength': 1, 'maxLength': 600}, 'missed_nodes': {'type': 'array', 'items': {'type': 'string'}, 'maxItems': 12},
+                       'skill_adherence': {'type': 'string', 'enum': list(ADHERENCE)}, 'evolution_target': target,
+                       'confidence': {'type': 'number', 'minimum': 0, 'maximum': 1}},
+        'required': ['tier', 'error_type', 'cause', 'missed_nodes', 'skill_adherence', 'evolution_target', 'confidence']})
+
 async def judge_case(judge:LLMProvider, # the judge model
                      messages:list[dict], # from `diagnose_messages`
                      *, expected_model:str, # the configured judge model
@@ -190,10 +255,10 @@ async def judge_case(judge:LLMProvider, # the judge model
                      seed:int=0 # sampling seed of the first call
                     ) -> Verdict:
     "The judge's parsed Diagnosis, or a degraded `Verdict` saying why there is none."
-    error, model = None, ''
+    error, model, fmt = None, '', diagnosis_format(skill_files)
     for attempt in range(parse_retries + 1):
-        try: r = await judge.chat(messages, temperature=0.0, seed=seed + attempt)
-        except InfraError as e: return Verdict(None, f'judge call failed: {e}', model, attempt + 1)
+        try: r = await judge.chat(messages, temperature=0.0, seed=seed + attempt, response_format=fmt)
+        except InfraError as e: return Verdict(None, f'{JUDGE_FAILED}: {e}', model, attempt + 1)
         check_judge_model(expected_model, r.model); model = r.model
         try: return Verdict(parse_diagnosis(r.content, skill_files), None, model, attempt + 1)
         except DataError as e: error = f'unparseable judge reply: {e}'
@@ -243,11 +308,11 @@ def _skill_of(skills:dict, task_type:str) -> tuple[str, str]:
     s = route_skills(skills, task_type, 'auto').skills[-1]
     return s.file, render_skill(s)
 
-async def _judge_one(p:dict, q:Question, judge, skills, prompts, run_id, fp, expected, log, parse_retries, sem):
+async def _judge_one(p:dict, q:Question, judge, skills, prompts, run_id, fp, expected, log, parse_retries, sem, tree=None):
     file, text = _skill_of(skills, q.task_type)
-    ctx = diagnose_context(q, p, file)
+    ctx, messages = fitted_request(judge, prompts, q, p, file, text, tree)
     async with sem:
-        v = await judge_case(judge, diagnose_messages(prompts, ctx, text, p.get('stop_reason') or ''), expected_model=expected,
+        v = await judge_case(judge, messages, expected_model=expected,
                              skill_files=skills, parse_retries=parse_retries, seed=stable_seed(run_id, q.question_id) % 2**31)
     await log.ainsert('diagnosis_signals', [verdict_row(v, q, run_id, fp, ctx, text)])
     return v
@@ -270,7 +335,8 @@ async def diagnose(questions:list[Question], # the benchmark (at least every que
                    judge_model:str|None=None, # the configured judge model (default: `judge.model`)
                    prompt_version:str|None=None, # override the templates' sha in the fingerprint
                    prompts_dir:str|Path|None=None, # judge templates (default: prompts/diagnose)
-                   parse_retries:int=2 # extra calls after an unparseable reply
+                   parse_retries:int=2, # extra calls after an unparseable reply
+                   trees_dir:str|Path|None=None # folder of <videoID>/tree.json: the judge then sees the relevant nodes (None: the trace only)
                   ) -> DiagnosisResult:
     "Phase 0 (T0 rows) and Phase 1 (one judge call per new wrong answer), resumable; returns all signals of the run."
     check_count(concurrency, 'concurrency')
@@ -284,10 +350,15 @@ async def diagnose(questions:list[Question], # the benchmark (at least every que
     infra, todo = wrong_rows(preds)
     by_id = _questions_by_id(questions, infra + todo, baseline_run_id)
     n_t0 = await log.ainsert('diagnosis_signals', [t0_row(p, by_id[p['question_id']], baseline_run_id, fp) for p in infra])
-    done = set(log.frame('diagnosis_signals', baseline_run_id, diag_fingerprint=fp)['question_id'].to_list())
+    have = log.frame('diagnosis_signals', baseline_run_id, diag_fingerprint=fp)
+    failed = have.filter(pl.col('degraded') & pl.col('cause').str.starts_with(JUDGE_FAILED))['question_id'].to_list()
+    if failed: log.drop_signals(baseline_run_id, fp, failed)  # the endpoint failed them, not the judge: ask again
+    done = set(have['question_id'].to_list()) - set(failed)
     new = [p for p in todo if p['question_id'] not in done]
+    trees = load_trees(trees_dir, sorted({p['video_id'] for p in new})) if trees_dir is not None and new else {}
     sem = asyncio.Semaphore(concurrency)
-    verdicts = await _gather_all(_judge_one(p, by_id[p['question_id']], judge, skills, prompts, baseline_run_id, fp, expected, log, parse_retries, sem) for p in new)
+    verdicts = await _gather_all(_judge_one(p, by_id[p['question_id']], judge, skills, prompts, baseline_run_id, fp, expected, log, parse_retries, sem,
+                                            trees.get(p['video_id'])) for p in new)
     return DiagnosisResult(fp, log.frame('diagnosis_signals', baseline_run_id, diag_fingerprint=fp), n_t0, len(new), len(todo) - len(new),
                            sum(v.diagnosis is None for v in verdicts), sum(v.attempts for v in verdicts))
 

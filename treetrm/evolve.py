@@ -11,19 +11,19 @@ from types import MappingProxyType
 from fastcore.basics import patch
 import polars as pl
 from .core import DataError, ConfigError, InfraError, where, asset_dir, canonical_json, sha256_text, stable_seed
-from .llm import LLMProvider, LLMResponse, ReplyError, reply_json
-from .skills import (Edit, EditRejected, DEFAULT_SKILL, apply_edit, check_target, edit_fingerprint, parse_edit,
+from .llm import LLMProvider, LLMResponse, ReplyError, reply_json, json_schema_format
+from .skills import (EDIT_OPS, Edit, EditRejected, DEFAULT_SKILL, apply_edit, check_target, edit_fingerprint, parse_edit,
                             skill_file)
 
 # %% auto #0
 __all__ = ['CASE_FIELDS', 'DIAGNOSIS_FIELDS', 'TEMPLATE_FILES', 'PROPOSAL_STATUSES', 'PAIR_CLASSES', 'MAX_GUIDANCE_CHARS',
            'GUIDANCE_FILE', 'PROMPT_TARGET', 'PROMPT_TASK_TYPE', 'MAX_PROMPT_CHARS', 'read_reply_json', 'case_view',
            'render_case', 'render_cases', 'pack_cases', 'RejectedEdit', 'edit_texts', 'Blacklist', 'load_templates',
-           'evolve_target', 'evolve_context', 'evolve_messages', 'Proposal', 'check_reply', 'propose_edit',
-           'propose_edits', 'proposals_table', 'pair_class', 'Pairs', 'classify_pairs', 'momentum_examples',
-           'counts_by_type', 'momentum_messages', 'MomentumResult', 'read_guidance', 'momentum_guidance',
-           'guidance_files', 'guidance_from_files', 'prompt_sections', 'apply_prompt_edit', 'prompt_edit_messages',
-           'check_prompt_reply', 'propose_prompt_edit']
+           'evolve_target', 'evolve_context', 'evolve_messages', 'Proposal', 'check_reply', 'edit_format',
+           'propose_edit', 'propose_edits', 'proposals_table', 'pair_class', 'Pairs', 'classify_pairs',
+           'momentum_examples', 'counts_by_type', 'momentum_messages', 'MomentumResult', 'read_guidance',
+           'momentum_guidance', 'guidance_files', 'guidance_from_files', 'prompt_sections', 'apply_prompt_edit',
+           'prompt_edit_messages', 'check_prompt_reply', 'propose_prompt_edit']
 
 # %% ../nbs/14_evolve.ipynb #e845575c
 def read_reply_json(text:str, # the model's reply
@@ -301,6 +301,15 @@ def check_reply(raw:str, # the evolver's reply
         return dataclasses.replace(p, status='no_change' if e.reason == 'no_change' else 'invalid', reason=e.reason, message=str(e))
 
 # %% ../nbs/14_evolve.ipynb #d736294f
+def edit_format(target:str) -> dict:
+    "The `response_format` of an evolver edit reply: the target, a list of edit operations (each with its own fields) and a rationale."
+    ops = [{'type': 'object', 'additionalProperties': False, 'required': ['op', *fields],
+            'properties': {'op': {'type': 'string', 'const': op}, **{f: {'type': 'string', 'maxLength': 4000} for f in fields}}}
+           for op, fields in EDIT_OPS.items()]
+    return json_schema_format('skill_edit', {'type': 'object', 'additionalProperties': False, 'required': ['target', 'ops', 'rationale'],
+        'properties': {'target': {'type': 'string', 'const': target}, 'ops': {'type': 'array', 'items': {'anyOf': ops}, 'maxItems': 4},
+                       'rationale': {'type': 'string', 'maxLength': 600}}})
+
 async def propose_edit(task_type:str, # the task type whose skill to change
                        *, skills_dir:str|Path, # the current skills version folder (read only)
                        case_pack, # dict or record with `failures` and `successes`
@@ -319,7 +328,7 @@ async def propose_edit(task_type:str, # the task type whose skill to change
     failures, successes = pack_cases(case_pack)
     skill_text = (Path(skills_dir)/target).read_text(encoding='utf-8')
     msgs = evolve_messages(evolve_context(task_type, target, skill_text, failures, successes, blacklist.texts(task_type)), guidance, templates)
-    try: r = await evolver.chat(msgs, temperature=0.0, max_tokens=max_tokens, seed=seed)
+    try: r = await evolver.chat(msgs, temperature=0.0, max_tokens=max_tokens, seed=seed, response_format=edit_format(target))
     except InfraError as e:
         return Proposal(task_type, target, 'error', 'infra', str(e), base_sha256=sha256_text(skill_text.replace('\r\n', '\n')), model=getattr(evolver, 'model', ''))
     p = check_reply(r.content, task_type=task_type, target=target, skills_dir=skills_dir, blacklist=blacklist, **(edit_limits or {}))
@@ -468,7 +477,9 @@ async def momentum_guidance(pairs:Pairs, # `classify_pairs` of this R against th
     "New guidance for the next epoch's evolver; the previous guidance is kept when the call or its reply fails."
     msgs = momentum_messages(pairs, previous_guidance, questions, max_per_class, seed or 0, templates)
     keep = lambda reason, msg, **kw: MomentumResult(previous_guidance, False, reason, msg, **kw)
-    try: r = await evolver.chat(msgs, temperature=0.0, max_tokens=max_tokens, seed=seed)
+    fmt = json_schema_format('guidance', {'type': 'object', 'additionalProperties': False, 'required': ['guidance'],
+                                          'properties': {'guidance': {'type': 'string', 'minLength': 1, 'maxLength': MAX_GUIDANCE_CHARS}}})
+    try: r = await evolver.chat(msgs, temperature=0.0, max_tokens=max_tokens, seed=seed, response_format=fmt)
     except InfraError as e: return keep('infra', str(e))
     try: return MomentumResult(read_guidance(r.content), True, raw=r.content, usage=dict(r.usage or {}))
     except EditRejected as e: return keep(e.reason, str(e), raw=r.content, usage=dict(r.usage or {}))
@@ -559,6 +570,7 @@ async def propose_prompt_edit(prompt_text:str, # the current system prompt
     bl = blacklist or Blacklist()
     ctx = {'kind': 'prompt_edit', 'target': PROMPT_TARGET, 'prompt_text': prompt_text, 'sections': prompt_sections(prompt_text),
            'counts': counts_by_type(pairs, questions) if pairs else {}, 'blacklist': bl.texts(PROMPT_TASK_TYPE)}
-    try: r = await evolver.chat(prompt_edit_messages(ctx, templates), temperature=0.0, max_tokens=max_tokens, seed=seed)
+    try: r = await evolver.chat(prompt_edit_messages(ctx, templates), temperature=0.0, max_tokens=max_tokens, seed=seed,
+                                     response_format=edit_format(PROMPT_TARGET))
     except InfraError as e: return Proposal(PROMPT_TASK_TYPE, PROMPT_TARGET, 'error', 'infra', str(e), model=getattr(evolver, 'model', ''))
     return dataclasses.replace(check_prompt_reply(r.content, prompt_text, bl), usage=dict(r.usage or {}), model=r.model)

@@ -17,9 +17,9 @@ from .agent import AgentResult, AgentPrompts, INFRA_STOP_REASONS, run_agent, loa
 from .log import HarnessLog, check_run_id
 
 # %% auto #0
-__all__ = ['step_record', 'prediction_row', 'trace_rows', 'failed_result', 'save_result', 'InferenceSettings', 'answer_question',
-           'InferenceResult', 'run_summary', 'predictions_correctness', 'run_params', 'errored_question_ids',
-           'run_inference']
+__all__ = ['FORMAT_HEALTH_LIMIT', 'step_record', 'prediction_row', 'trace_rows', 'failed_result', 'save_result',
+           'InferenceSettings', 'answer_question', 'InferenceResult', 'answer_health', 'run_summary',
+           'predictions_correctness', 'run_params', 'errored_question_ids', 'run_inference']
 
 # %% ../nbs/07_inference.ipynb #ac93fcc4
 def step_record(s) -> dict:
@@ -88,6 +88,29 @@ class InferenceResult:
     cost: float # sum of the run's llm_calls cost
     infra_count: int # questions that ended in an INFRA stop reason
     n_new: int = 0 # questions computed by this call (the rest were resumed)
+
+    @property
+    def health(self) -> str|None:
+        "A warning when most answers were INFRA or read from unformatted replies (`answer_health`), else None."
+        return answer_health(self.run_id, self.stop_reason_counts)
+
+FORMAT_HEALTH_LIMIT = 0.5 # above this share of INFRA-or-unformatted answers a run is reported as unhealthy
+
+def answer_health(run_id:str, # the run
+                  counts:dict # stop reason -> answers
+                 ) -> str|None:
+    "What to tell the user first when most answers of a run are INFRA or read from unformatted replies; None when the run is healthy."
+    n, bad = sum(counts.values()), sum(v for k, v in counts.items() if k in INFRA_STOP_REASONS or k == 'unformatted')
+    if not n or bad / n <= FORMAT_HEALTH_LIMIT: return None
+    by = ', '.join(f'{k} {v}' for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    tips = []
+    if counts.get('parse_error', 0) + counts.get('unformatted', 0):
+        tips.append('the agent model does not follow the reply format: use an endpoint with structured outputs (TREETRM_AGENT_STRUCTURED=auto or on: '
+                    'vLLM, SGLang, llama.cpp, OpenAI) or a larger instruction-tuned model')
+    if counts.get('error', 0):
+        tips.append('agent calls failed: read the errors in llm_calls (status error) and check TREETRM_AGENT_BASE_URL, the model name and the key; '
+                    'a context-length error wants TREETRM_AGENT_CONTEXT_TOKENS set to the server\'s context')
+    return f'run {run_id!r}: {bad} of {n} answers were not read from protocol replies ({by}). What to try: ' + '; '.join(tips) + '.'
 
 def _per_task_type(p:pl.DataFrame) -> pl.DataFrame:
     "Accuracy, mean steps and INFRA count by task type."
@@ -179,4 +202,7 @@ async def run_inference(questions:list[Question], # the questions to answer
         try: await _run_all(todo, trees, s, log, concurrency, bar)
         except BaseException: log.finish_run(run_id, 'failed'); raise
     log.finish_run(run_id, 'finished')
-    return replace(run_summary(log, run_id), n_new=len(todo)) if summarise else None
+    if not summarise: return None
+    result = replace(run_summary(log, run_id), n_new=len(todo))
+    if result.health: print(f'WARNING: {result.health}')
+    return result

@@ -17,13 +17,15 @@ from fastcore.basics import patch
 from .core import ConfigError, DataError, InfraError, where, project_root, sha256_json, sha256_text
 
 # %% auto #0
-__all__ = ['ROLES', 'PRICES', 'MAX_RETRY_AFTER_S', 'TELEMETRY_KEYS', 'LLMResponse', 'LLMProvider', 'ReplyError', 'reply_json',
-           'Secret', 'redact', 'detect_provider_kind', 'thinking_extra_body', 'RoleConfig', 'role_env_name',
-           'read_settings', 'load_role_config', 'set_price', 'call_cost', 'backoff_delay', 'backoff_schedule',
-           'parse_retry_after', 'BreakerState', 'breaker_admit', 'breaker_success', 'breaker_failure',
-           'breaker_release_probe', 'CircuitBreaker', 'endpoint_semaphore', 'image_data_url', 'image_digest',
-           'attach_images', 'cache_key', 'ResponseCache', 'MalformedReply', 'classify_error', 'parse_completion',
-           'telemetry_row', 'OpenAIProvider']
+__all__ = ['ROLES', 'PROVIDER_KINDS', 'STRUCTURED_MODES', 'MIN_CONTEXT_TOKENS', 'PRICES', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED',
+           'TELEMETRY_KEYS', 'LLMResponse', 'LLMProvider', 'ReplyError', 'reply_json', 'Secret', 'redact',
+           'detect_provider_kind', 'thinking_extra_body', 'RoleConfig', 'role_env_name', 'read_settings',
+           'load_role_config', 'set_price', 'call_cost', 'backoff_delay', 'backoff_schedule', 'parse_retry_after',
+           'BreakerState', 'breaker_admit', 'breaker_success', 'breaker_failure', 'breaker_release_probe',
+           'CircuitBreaker', 'endpoint_semaphore', 'image_data_url', 'image_digest', 'attach_images', 'cache_key',
+           'ResponseCache', 'MalformedReply', 'is_context_overflow', 'ContextLengthError', 'classify_error',
+           'parse_completion', 'telemetry_row', 'json_schema_format', 'format_dialects', 'structured_dialect',
+           'OpenAIProvider']
 
 # %% ../nbs/02_llm.ipynb #3162e0a5
 ROLES = ('agent', 'judge', 'evolver', 'vision')
@@ -111,13 +113,16 @@ def redact(text:str, # any message that may be shown or stored
     return _KEY_SHAPES.sub('***', text)
 
 # %% ../nbs/02_llm.ipynb #645934e1
+PROVIDER_KINDS = ('openai', 'deepseek', 'dashscope', 'vllm', 'sim')
+
 def detect_provider_kind(base_url:str, # the endpoint, e.g. https://api.deepseek.com/v1
                          model:str) -> str: # the model name
-    "Which thinking-switch dialect an endpoint speaks: 'deepseek', 'dashscope', 'sim' or 'openai'."
+    "Which request dialect an endpoint speaks: 'deepseek', 'dashscope', 'vllm' (an open thinking model served by vLLM, SGLang or llama.cpp), 'sim' or 'openai'."
     url, m = base_url.lower(), model.lower()
     if 'deepseek' in url or m.startswith('deepseek'): return 'deepseek'
-    if 'dashscope' in url or m.startswith(('qwen', 'qwq')): return 'dashscope'
+    if 'dashscope' in url: return 'dashscope'
     if m.startswith('sim-'): return 'sim'
+    if re.match(r'(.*/)?(qwen|qwq)', m): return 'vllm'
     return 'openai'
 
 def thinking_extra_body(kind:str, # a `detect_provider_kind` result
@@ -126,9 +131,14 @@ def thinking_extra_body(kind:str, # a `detect_provider_kind` result
     if thinking is None: return {}
     if kind == 'deepseek': return {'thinking': {'type': 'enabled' if thinking else 'disabled'}}
     if kind == 'dashscope': return {'enable_thinking': bool(thinking)}
+    if kind == 'vllm': return {'chat_template_kwargs': {'enable_thinking': bool(thinking)}}
     return {}
 
+
 # %% ../nbs/02_llm.ipynb #60f7480c
+STRUCTURED_MODES = ('auto', 'on', 'off')
+MIN_CONTEXT_TOKENS = 512
+
 @dataclass(frozen=True)
 class RoleConfig:
     "Everything a provider needs for one role; the API key stays out of repr, str and `to_dict`."
@@ -146,12 +156,20 @@ class RoleConfig:
     backoff_max_s: float = 30.0 # cap of the exponential backoff
     breaker_threshold: int = 5 # consecutive failed calls that open the breaker
     breaker_cooldown_s: float = 30.0 # how long the breaker stays open before a probe
+    structured: str = 'auto' # send the reply's JSON schema: 'auto' (probe once per endpoint), 'on' or 'off'
+    context_tokens: int|None = None # the model's context window as this role may use it; None = no budget
+    max_tokens: int|None = None # reply length cap sent when a call sets none
 
     def __post_init__(self):
         if self.api_key is not None and not isinstance(self.api_key, Secret): object.__setattr__(self, 'api_key', Secret(self.api_key))
         for name, ok in (('timeout_s', self.timeout_s > 0), ('max_retries', self.max_retries >= 0), ('concurrency', self.concurrency >= 1),
                          ('breaker_threshold', self.breaker_threshold >= 1), ('backoff_base_s', self.backoff_base_s >= 0)):
             if not ok: raise ConfigError(where(f'RoleConfig.{name} is out of range', 'Use a positive timeout, concurrency and threshold', role=self.role, got=getattr(self, name)))
+        for name, ok, need in (('structured', self.structured in STRUCTURED_MODES, 'one of auto, on, off'),
+                               ('provider_kind', self.provider_kind in (None, *PROVIDER_KINDS), f'one of {", ".join(PROVIDER_KINDS)}'),
+                               ('context_tokens', self.context_tokens is None or self.context_tokens >= MIN_CONTEXT_TOKENS, f'at least {MIN_CONTEXT_TOKENS}'),
+                               ('max_tokens', self.max_tokens is None or 1 <= self.max_tokens < (self.context_tokens or 2**62), 'at least 1 and below context_tokens')):
+            if not ok: raise ConfigError(where(f'RoleConfig.{name} must be {need}', f'Fix {role_env_name(self.role, name.upper())}', role=self.role, got=getattr(self, name)))
 
     @property
     def kind(self) -> str:
@@ -198,7 +216,11 @@ def _parse_bool(raw:str) -> bool:
 _OPTIONAL = {'TIMEOUT': ('timeout_s', float, lambda v: v > 0, 'a positive number of seconds'),
              'CONCURRENCY': ('concurrency', int, lambda v: v >= 1, 'an integer >= 1'),
              'MAX_RETRIES': ('max_retries', int, lambda v: v >= 0, 'an integer >= 0'),
-             'THINKING': ('thinking', _parse_bool, lambda v: True, 'true or false')}
+             'THINKING': ('thinking', _parse_bool, lambda v: True, 'true or false'),
+             'STRUCTURED': ('structured', str.lower, lambda v: v in STRUCTURED_MODES, 'auto, on or off'),
+             'CONTEXT_TOKENS': ('context_tokens', int, lambda v: v >= MIN_CONTEXT_TOKENS, f'an integer >= {MIN_CONTEXT_TOKENS}'),
+             'MAX_TOKENS': ('max_tokens', int, lambda v: v >= 1, 'an integer >= 1'),
+             'PROVIDER_KIND': ('provider_kind', str.lower, lambda v: v in PROVIDER_KINDS, f'one of {", ".join(PROVIDER_KINDS)}')}
 
 # %% ../nbs/02_llm.ipynb #f18e717b
 def load_role_config(role:str, # one of ROLES
@@ -363,41 +385,61 @@ def cache_key(model:str, messages:list[dict], temperature:float=0.0, max_tokens:
 
 # %% ../nbs/02_llm.ipynb #8f5ee7fc
 class ResponseCache:
-    "Content-addressed SQLite (WAL) store of successful `LLMResponse`s."
-    def __init__(self, path:str|Path): # the .sqlite file; parent folders are created
-        self.path = Path(path); self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute('PRAGMA journal_mode=WAL'); self._db.execute('PRAGMA busy_timeout=10000')
-        self._db.execute('CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, content TEXT NOT NULL, '
-                         'reasoning TEXT, usage TEXT, created_at TEXT)')
+    "Content-addressed SQLite (WAL) store of successful `LLMResponse`s; the file is made on first use."
+    def __init__(self, path:str|Path): # the .sqlite file; parent folders are created when it is first used
+        self.path, self._lock, self._db = Path(path), threading.Lock(), None
+
+    def _conn(self) -> sqlite3.Connection:
+        "The open database (call with the lock held)."
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db.execute('PRAGMA journal_mode=WAL'); db.execute('PRAGMA busy_timeout=10000')
+            db.execute('CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, content TEXT NOT NULL, '
+                       'reasoning TEXT, usage TEXT, created_at TEXT)')
+            self._db = db
+        return self._db
 
     def get(self, key:str) -> LLMResponse|None:
         "The cached reply for `key` (marked `cached=True`, latency 0), or None."
-        with self._lock: row = self._db.execute('SELECT model, content, reasoning, usage FROM responses WHERE key=?', (key,)).fetchone()
+        with self._lock: row = self._conn().execute('SELECT model, content, reasoning, usage FROM responses WHERE key=?', (key,)).fetchone()
         if row is None: return None
         return LLMResponse(row[1], reasoning=row[2], usage=json.loads(row[3] or '{}'), model=row[0], latency_s=0.0, cached=True)
 
     def put(self, key:str, r:LLMResponse):
         "Store a successful reply (the first one stored for a key wins)."
-        with self._lock: self._db.execute('INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?)', (key, r.model, r.content, r.reasoning,
-                                          json.dumps(r.usage), datetime.now(timezone.utc).isoformat()))
+        with self._lock: self._conn().execute('INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?)', (key, r.model, r.content, r.reasoning,
+                                              json.dumps(r.usage), datetime.now(timezone.utc).isoformat()))
 
     def __len__(self):
-        with self._lock: return self._db.execute('SELECT COUNT(*) FROM responses').fetchone()[0]
-    def close(self): self._db.close()
-    def __repr__(self): return f'ResponseCache({str(self.path)!r}, entries={len(self)})'
+        with self._lock: return self._conn().execute('SELECT COUNT(*) FROM responses').fetchone()[0]
+    def close(self):
+        with self._lock:
+            if self._db is not None: self._db.close(); self._db = None
+    def __repr__(self): return f'ResponseCache({str(self.path)!r})'
+
 
 # %% ../nbs/02_llm.ipynb #c897b96d
 class MalformedReply(Exception):
     "The endpoint answered 200 but the body is not a usable chat completion."
 
 _RETRY_STATUS = {408, 409, 429}
+FORMAT_REFUSED = 'response_format refused'
+_OVERFLOW = re.compile(r'context (length|window|size)|context_length|maximum (input|model) length|too many tokens|prompt is too long|n_ctx', re.I)
+
+def is_context_overflow(message:str) -> bool:
+    "Whether an endpoint's error message says the request does not fit the model's context (vLLM, SGLang, llama.cpp, OpenAI wordings)."
+    return bool(_OVERFLOW.search(message or ''))
+
+class ContextLengthError(InfraError):
+    "The request does not fit the model's context window (the endpoint said so)."
 
 def classify_error(e:BaseException) -> tuple[bool, float|None, str]:
     "(retryable, Retry-After seconds, short description) for a failed attempt."
     if isinstance(e, openai.APIStatusError):
         code = e.status_code
+        if code < 500 and is_context_overflow(str(e)): return False, None, f'context length exceeded (HTTP {code}): {str(e)[:200]}'
+        if code in (400, 422, 500) and 'response_format' in str(e): return False, None, f'{FORMAT_REFUSED} (HTTP {code}): {str(e)[:200]}'  # llama-cpp-python answers 500 to a format it does not know
         return code in _RETRY_STATUS or code >= 500, parse_retry_after(e.response.headers), f'HTTP {code}: {str(e)[:160]}'
     if isinstance(e, (openai.APITimeoutError, TimeoutError)): return True, None, 'timeout'
     if isinstance(e, openai.APIConnectionError): return True, None, f'connection error: {str(e)[:120]}'
@@ -429,6 +471,27 @@ def telemetry_row(**kw) -> dict:
     defaults = dict(prompt_tokens=0, completion_tokens=0, latency_s=0.0, attempt=0, cache_hit=False, cost=0.0, error=None)
     return {k: kw.get(k, defaults.get(k)) for k in TELEMETRY_KEYS}
 
+# %% ../nbs/02_llm.ipynb #9a63d27c
+def json_schema_format(name:str, # a short name of the reply (OpenAI wants one)
+                       schema:dict # the JSON schema of the reply object
+                      ) -> dict:
+    "The `response_format` asking for a reply that follows `schema` (the OpenAI structured-outputs form)."
+    return {'type': 'json_schema', 'json_schema': {'name': name, 'schema': schema}}
+
+def format_dialects(response_format:dict|None) -> list[tuple[str, dict|None]]:
+    "(dialect, response_format to send) pairs to try, best first; the last sends none."
+    if not response_format: return [('none', None)]
+    if response_format.get('type') != 'json_schema': return [(response_format.get('type', 'custom'), response_format), ('none', None)]
+    schema = response_format['json_schema']['schema']
+    return [('json_schema', response_format), ('json_object', {'type': 'json_object', 'schema': schema}), ('none', None)]
+
+_FORMAT_SUPPORT: dict[tuple[str, str], str] = {}  # (endpoint, model) -> the dialect that endpoint took
+_PROBE_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+def structured_dialect(base_url:str, model:str) -> str|None:
+    "The reply-format dialect learnt for an endpoint and model ('json_schema', 'json_object', 'none'), None before the first probe."
+    return _FORMAT_SUPPORT.get((base_url.rstrip('/'), model))
+
 # %% ../nbs/02_llm.ipynb #afbc08fb
 class OpenAIProvider:
     "An `LLMProvider` over an OpenAI-compatible endpoint with retries, breaker, concurrency limit, cache and telemetry."
@@ -451,6 +514,10 @@ class OpenAIProvider:
         return cls(load_role_config(role, env, dotenv_path), **kw)
 
     def __repr__(self): return f'OpenAIProvider(role={self.role!r}, model={self.model!r}, endpoint={self.config.base_url!r})'
+    @property
+    def context_tokens(self) -> int|None: return self.config.context_tokens # the role's context budget (callers fit their messages to it)
+    @property
+    def max_tokens(self) -> int|None: return self.config.max_tokens # the reply cap sent when a call sets none
 
 # %% ../nbs/02_llm.ipynb #aa012a13
 @patch
@@ -491,8 +558,10 @@ _ATTEMPT_ERRORS = (openai.OpenAIError, TimeoutError, json.JSONDecodeError, Malfo
 
 class _CallFailed(Exception):
     "A call ended without a reply; `how` is 'exhausted' (retries spent), 'rejected' (final 4xx) or 'breaker_open'."
-    def __init__(self, attempts:int, error:str, how:str):
-        super().__init__(error); self.attempts, self.error, self.how = attempts, error, how
+    def __init__(self, attempts:int, error:str, how:str, status:int|None=None):
+        super().__init__(error); self.attempts, self.error, self.how, self.status = attempts, error, how, status
+    @property
+    def overflow(self) -> bool: return self.error.startswith('context length exceeded')
 
 @patch
 async def _with_retries(self:OpenAIProvider, request:dict) -> tuple[LLMResponse, int]:
@@ -501,9 +570,9 @@ async def _with_retries(self:OpenAIProvider, request:dict) -> tuple[LLMResponse,
     while True:
         n += 1
         try: return await self._attempt(request), n
-        except _ATTEMPT_ERRORS as e: retryable, retry_after, error = classify_error(e)
+        except _ATTEMPT_ERRORS as e: (retryable, retry_after, error), status = classify_error(e), getattr(e, 'status_code', None)
         error = redact(error, cfg.api_key)
-        if not retryable: raise _CallFailed(n, error, 'rejected')
+        if not retryable: raise _CallFailed(n, error, 'rejected', status)
         if n > cfg.max_retries: raise _CallFailed(n, error, 'exhausted')
         if self.breaker.state == 'open': raise _CallFailed(n, f'{error}; circuit breaker opened meanwhile', 'breaker_open')
         await asyncio.sleep(backoff_delay(n, cfg.backoff_base_s, cfg.backoff_max_s, self._rng.random(), retry_after))
@@ -529,6 +598,9 @@ async def _failed(self:OpenAIProvider, f:_CallFailed, call_id:str, t0:float) -> 
     if f.how == 'exhausted': self.breaker.record_failure()
     elif f.how == 'rejected': self.breaker.record_success()  # the endpoint answered; the request was wrong
     await self._emit(call_id=call_id, status='error', attempt=f.attempts, latency_s=time.monotonic()-t0, error=f.error)
+    if f.overflow:
+        return ContextLengthError(redact(where("the request does not fit the model's context window", f'Set {role_env_name(self.role, "CONTEXT_TOKENS")} to the context the server gives (the agent then elides old tool outputs), or serve a longer context (llama.cpp --n_ctx, vLLM --max-model-len)',
+                                               role=self.role, model=self.model, endpoint=self.config.base_url, run_id=self.run_id, error=f.error), self.config.api_key))
     return self._infra_error(f'LLM call failed after {f.attempts} attempt(s)', 'Check the endpoint, model name and key; transient errors were already retried', error=f.error)
 
 @patch
@@ -548,18 +620,46 @@ async def _fail_fast(self:OpenAIProvider, call_id:str) -> InfraError:
     return self._infra_error('circuit breaker open after repeated failed calls; failing fast', 'Check the endpoint is up; a probe call goes through after the cool-down', retry_in_s=round(self.breaker.retry_in_s(), 2))
 
 @patch
+def _dialects(self:OpenAIProvider, response_format:dict|None) -> list[tuple[str, dict|None]]:
+    "The reply-format dialects to try for this call under the role's `structured` mode and what was learnt."
+    if response_format is None or self.config.structured == 'off': return [('none', None)]
+    tries = [d for d in format_dialects(response_format) if self.config.structured == 'auto' or d[1] is not None]
+    known = structured_dialect(self.config.base_url, self.model)
+    if known is None: return tries
+    if picked := [d for d in tries if d[0] == known]: return picked
+    raise self._infra_error(f'the endpoint takes no structured reply format (it answered {known!r} when probed)', f'Set {role_env_name(self.role, "STRUCTURED")}=auto or off')
+
+@patch
+async def _send(self:OpenAIProvider, messages, temperature, max_tokens, seed, response_format) -> tuple[LLMResponse, int]:
+    "Send the call in the first reply-format dialect the endpoint takes (probing once under a lock); (reply, attempts)."
+    tries, spent = self._dialects(response_format), 0
+    if len(tries) == 1: return await self._with_retries(self._request(messages, temperature, max_tokens, seed, tries[0][1]))
+    locks = _PROBE_LOCKS.setdefault(asyncio.get_running_loop(), {})
+    async with locks.setdefault((self.config.base_url.rstrip('/'), self.model), asyncio.Lock()):
+        tries = self._dialects(response_format)  # another call may have probed meanwhile
+        for i, (name, fmt) in enumerate(tries):
+            try: r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, fmt))
+            except _CallFailed as f:
+                refused = f.how == 'rejected' and not f.overflow and (f.status in (400, 422) or f.error.startswith(FORMAT_REFUSED))
+                if i == len(tries) - 1 or not refused: f.attempts += spent; raise
+                spent += f.attempts; continue
+            _FORMAT_SUPPORT[(self.config.base_url.rstrip('/'), self.model)] = name
+            return r, n + spent
+
+@patch
 async def chat(self:OpenAIProvider, messages:list[dict], *, temperature:float=0.0, max_tokens:int|None=None,
                seed:int|None=None, response_format:dict|None=None, images:list|None=None) -> LLMResponse:
-    "One chat call: cache, breaker, retries with backoff, telemetry; `InfraError` when it cannot be answered."
+    "One chat call: cache, breaker, reply-format dialect, retries with backoff, telemetry; `InfraError` when it cannot be answered."
     call_id, t0 = uuid.uuid4().hex, time.monotonic()
-    request = self._request(attach_images(messages, images), temperature, max_tokens, seed, response_format)
+    max_tokens = self.config.max_tokens if max_tokens is None else max_tokens
+    if self.config.structured == 'off': response_format = None
     key = None if self.cache is None else cache_key(self.model, messages, temperature, max_tokens, seed, response_format,
                                                     tuple(image_digest(i) for i in images or ()), self.config.thinking)
     if key and (hit := self.cache.get(key)):
         await self._emit(call_id=call_id, status='cache_hit', cache_hit=True, **hit.usage); return hit
     if not self.breaker.allow(): raise await self._fail_fast(call_id)
     probe = self.breaker.state == 'half_open'
-    try: r, n = await self._with_retries(request)
+    try: r, n = await self._send(attach_images(messages, images), temperature, max_tokens, seed, response_format)
     except _CallFailed as f: raise await self._failed(f, call_id, t0) from None
     except BaseException:
         if probe: self.breaker.release_probe()  # cancelled: let the next call probe

@@ -427,6 +427,18 @@ def drop_predictions(self:HarnessLog, run_id:str, # the run
         return conn.total_changes - before
 
 @patch
+def drop_signals(self:HarnessLog, run_id:str, # the baseline run
+                 diag_fingerprint:str, # the diagnosis configuration
+                 question_ids # the questions whose signals go
+                ) -> int:
+    "Delete the diagnosis signals of `question_ids` for (run, fingerprint) in one transaction; returns the rows removed."
+    keys = [(check_run_id(run_id), diag_fingerprint, q) for q in sorted(set(question_ids))]
+    with self._write() as conn:
+        before = conn.total_changes
+        conn.executemany('DELETE FROM diagnosis_signals WHERE run_id = ? AND diag_fingerprint = ? AND question_id = ?', keys)
+        return conn.total_changes - before
+
+@patch
 def predictions(self:HarnessLog, run_id:str,
                 question_ids=None # only these questions (None: all of the run's)
                ) -> pl.DataFrame:

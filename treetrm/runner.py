@@ -15,12 +15,12 @@ from fastcore.basics import patch
 from .core import (ConfigError, DataError, InfraError, where, atomic_write_json, atomic_write_bytes, atomic_write_text, canonical_json, read_json, sha256_bytes, sha256_file,
                           sha256_text, stable_seed, check_count, CallBudget, BudgetError)
 from .data import Question, QuestionUnit, load_questions, build_units, unit_correct, questions_fingerprint
-from .llm import telemetry_row, call_cost
+from .llm import telemetry_row, call_cost, ResponseCache
 from .skills import (Edit, DEFAULT_SKILL, VersionStore, init_workspace, load_manifest, set_current, set_best,
                             set_prompts, skill_slug)
 from .agent import INFRA_STOP_REASONS
 from .log import HarnessLog, check_run_id
-from .inference import run_inference, predictions_correctness, InferenceResult
+from .inference import run_inference, predictions_correctness, InferenceResult, answer_health
 from .diagnose import diagnose as diagnose_run, case_packs
 from .split import run_split, load_split, has_pools, pools_dir, make_providers, load_split_config, Split
 from .batching import BatchParams, build_batches
@@ -96,6 +96,10 @@ class RecordedProvider:
 
     @property
     def model(self) -> str: return getattr(self.inner, 'model', '')
+    @property
+    def context_tokens(self) -> int|None: return getattr(self.inner, 'context_tokens', None)
+    @property
+    def max_tokens(self) -> int|None: return getattr(self.inner, 'max_tokens', None)
 
     async def chat(self, messages, **kw):
         "Call the wrapped provider and report the call; first take the call from the current `CALL_BUDGET`, if any."
@@ -127,8 +131,9 @@ def guard_infra(predictions:pl.DataFrame, # the rollout's prediction rows
     n = predictions.height
     bad = predictions.filter(pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS))).height
     if n and bad / n > limit:
-        raise InfraError(where(f'{bad} of {n} rollout answers ended on an INFRA stop reason ({bad/n:.0%} > {limit:.0%})',
-                               'Check the agent endpoint (see llm_calls), then resume with the same run_id', run_id=run_id))
+        counts = dict(sorted(predictions.group_by('stop_reason').len().iter_rows()))
+        raise InfraError(where(f'{bad} of {n} rollout answers ended on an INFRA stop reason ({bad/n:.0%} > {limit:.0%}); by stop reason: {counts}',
+                               f'{answer_health(run_id, counts) or "Check the agent endpoint (see llm_calls)"} Then resume with the same run_id', run_id=run_id))
 
 # %% ../nbs/17_runner.ipynb #0d1a100e
 def tick_cooldowns(cooldowns:Mapping[str,int], # task type -> steps left before this step ended
@@ -208,12 +213,12 @@ def rollout_run_id(run_id:str, gate_id:str) -> str:
 # %% ../nbs/17_runner.ipynb #aa881b8f
 TRAIN_ROLES = ('agent', 'judge', 'evolver')
 
-def _providers(backend, data_dir, seed, recorder, providers) -> dict:
-    "The role providers, each reporting its calls to `recorder`."
+def _providers(backend, data_dir, seed, recorder, providers, cache=None) -> dict:
+    "The role providers, each reporting its calls to `recorder`; on 'openai' all share the workspace's response cache."
     if providers is not None: return {r: RecordedProvider(p, r, recorder) for r, p in providers.items()}
     if backend == 'openai':
-        out = make_providers('openai', roles=TRAIN_ROLES, telemetry=recorder)
-        try: return out | make_providers('openai', roles=('vision',), telemetry=recorder)  # optional: observe_frame on real frames
+        out = make_providers('openai', roles=TRAIN_ROLES, telemetry=recorder, cache=cache)
+        try: return out | make_providers('openai', roles=('vision',), telemetry=recorder, cache=cache)  # optional: observe_frame on real frames
         except ConfigError: return out
     return {r: RecordedProvider(p, r, recorder) for r, p in make_providers(backend, world_dir=data_dir, roles=TRAIN_ROLES, seed=seed).items()}
 
@@ -229,6 +234,7 @@ class Runner:
                  seed:int=0, # run seed: sampling, batches, sim roles
                  concurrency:int=8, # questions (and judge/evolver calls) in flight
                  providers:dict|None=None, # role -> provider, overriding the backend (tests)
+                 response_cache:bool=True, # 'openai': replies kept in <workspace>/cache/responses.sqlite, so a resumed run re-bills nothing
                  progress:bool=True): # show progress bars
         from treetrm.sim import ensure_demo_world, BACKENDS
         if providers is None and backend not in BACKENDS:
@@ -243,7 +249,8 @@ class Runner:
         self.questions = load_questions(self.questions_path)
         self.by_id = {q.question_id: q for q in self.questions}
         self.recorder = CallRecorder()  # its log is opened below, once everything is checked
-        self.providers = _providers(backend, self.data_dir, seed, self.recorder, providers)
+        self.cache = ResponseCache(self.workspace/'cache'/'responses.sqlite') if response_cache and backend == 'openai' else None  # the file is made on first use
+        self.providers = _providers(backend, self.data_dir, seed, self.recorder, providers, self.cache)
         self.manifest = init_workspace(self.workspace)  # the first write
         self.log = self.recorder.log = HarnessLog(self.workspace/'harness.db')
         self.skills, self.prompts = VersionStore(self.workspace, 'skills'), VersionStore(self.workspace, 'prompts')
@@ -285,7 +292,8 @@ async def split(self:Runner, config:dict|None=None, # split settings (default: t
     try:
         return await run_split(self.workspace, questions_path=self.questions_path, trees_dir=self.trees_dir,
                                skills_dir=self.skills.path(self.resolve_version('seed')), agent=self.providers['agent'], judge=self.providers['judge'],
-                               config=cfg, log=self.log, dry_run=dry_run, concurrency=self.concurrency, baseline_run_id=BASELINE_RUN, progress=self.progress)
+                               config=cfg, log=self.log, dry_run=dry_run, concurrency=self.concurrency, baseline_run_id=BASELINE_RUN, progress=self.progress,
+                               max_steps=self.config.max_steps)
     finally: CURRENT_RUN.reset(token); self.recorder.flush()
 
 @patch
@@ -319,7 +327,8 @@ async def diagnose(self:Runner, run_id:str=BASELINE_RUN, skills_version:str='see
     try:
         qs = [self.by_id[q] for q in self.log.predictions(run_id)['question_id'].to_list()]
         return await diagnose_run(qs, log=self.log, baseline_run_id=run_id, judge=self.providers['judge'],
-                                  skills_dir=self.skills.path(self.resolve_version(skills_version)), concurrency=self.concurrency)
+                                  skills_dir=self.skills.path(self.resolve_version(skills_version)), concurrency=self.concurrency,
+                                  trees_dir=self.trees_dir)
     finally: CURRENT_RUN.reset(token); self.recorder.flush()
 
 # %% ../nbs/17_runner.ipynb #9ce05798
@@ -1039,6 +1048,11 @@ def _save(self:Runner, r:_TrainRun, s:TrainState, budget:CallBudget|None=None):
     r.event('checkpoint', phase=s.phase, epoch=s.epoch, step=s.step, calls=budget.used if budget else None, skills_current=s.skills_current)
 
 @patch
+def run_health(self:Runner, run_id:str) -> str|None:
+    "`answer_health` of a run's stored answers: what to say first when most were INFRA or unformatted."
+    return answer_health(run_id, dict(self.log.query('SELECT stop_reason, COUNT(*) FROM predictions WHERE run_id = ? GROUP BY stop_reason', (run_id,)).iter_rows()))
+
+@patch
 async def train(self:Runner, run_id:str='v1', # the training run; the same id resumes it
                 *, epochs:int|None=None, # overrides config.epochs
                 acceptance=None, # overrides config.acceptance: one of ACCEPTANCE_RULES or a rule callable
@@ -1050,6 +1064,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
                ) -> TrainResult:
     "Train the skills (DESIGN §8): resumable by run id; ends with the best version delivered and tested once."
     check_run_id(run_id); await self.split()
+    if health := self.run_health(BASELINE_RUN): print(f'WARNING: {health}')
     cfg = train_config(self.config, **{k: v for k, v in dict(epochs=epochs, acceptance=acceptance).items() if v is not None}, **settings)
     r = self._train_run(run_id, cfg, self.resolve_version(start), fresh, show, on_event)
     s = load_checkpoint(r.checkpoint, expect_structural=r.parts)

@@ -520,7 +520,8 @@ async def run_split(workspace:str|Path, # the experiment folder; harness.db and 
                     baseline_run_id:str='baseline', # run id of the baseline; re-using it resumes
                     judge_model:str|None=None, # the configured judge model (default: judge.model)
                     generated_at:str|None=None, # manifest timestamp (default: now)
-                    progress:bool=True # show the baseline's progress bar
+                    progress:bool=True, # show the baseline's progress bar
+                    max_steps:int=15 # the agent's tool budget per question (the training's `max_steps`, so baseline and arms compare)
                    ):
     "Baseline → diagnose → build_split → write pools; returns the `Split` (or the `SplitPlan` when `dry_run`)."
     check_count(concurrency, 'concurrency')  # before anything is written
@@ -529,11 +530,15 @@ async def run_split(workspace:str|Path, # the experiment folder; harness.db and 
     if dry_run: print(plan); return plan
     if (frozen := existing_split(workspace, plan.config, baseline_run_id)) is not None: return frozen
     qs, log = load_questions(questions_path), log or HarnessLog(Path(workspace)/'harness.db')
-    await run_inference(qs, trees_dir=trees_dir, provider=agent, log=log, run_id=baseline_run_id, skills_dir=skills_dir,
-                        mode='auto', concurrency=concurrency, kind='baseline', progress=progress)
-    diag = await diagnose(qs, log=log, baseline_run_id=baseline_run_id, judge=judge, skills_dir=skills_dir, concurrency=concurrency, judge_model=judge_model)
-    split = build_split(qs, diag.signals, config=plan.config, predictions=log.predictions(baseline_run_id),
-                        diag_fingerprint=diag.fingerprint, baseline_run_id=baseline_run_id)
+    base = await run_inference(qs, trees_dir=trees_dir, provider=agent, log=log, run_id=baseline_run_id, skills_dir=skills_dir,
+                        mode='auto', concurrency=concurrency, kind='baseline', progress=progress, max_steps=max_steps)
+    diag = await diagnose(qs, log=log, baseline_run_id=baseline_run_id, judge=judge, skills_dir=skills_dir, concurrency=concurrency, judge_model=judge_model,
+                          trees_dir=trees_dir)
+    try: split = build_split(qs, diag.signals, config=plan.config, predictions=log.predictions(baseline_run_id),
+                             diag_fingerprint=diag.fingerprint, baseline_run_id=baseline_run_id)
+    except ConfigError as e:  # a split that fails because the agent's answers were lost says that first
+        if base.health: raise ConfigError(f'{base.health}\n{e}') from None
+        raise
     write_split(split, pools_dir(workspace), generated_at)
     return split
 
