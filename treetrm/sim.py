@@ -299,6 +299,7 @@ def cli_parser() -> argparse.ArgumentParser:
     s.add_argument('--retry-after', type=float, default=0.05); s.add_argument('--hang', type=float, default=5.0)
     w = sub.add_parser('world', help='write a planted-truth world')
     w.add_argument('out_dir'); w.add_argument('--seed', type=int, default=0); w.add_argument('--videos', type=int, default=None)
+    w.add_argument('--types', default=None, help='comma-separated task types, one question each per video (default: every type, QUESTIONS_PER_VIDEO)')
     return p
 
 def faults_from_args(a) -> Faults:
@@ -1518,7 +1519,8 @@ def main(argv:list[str]|None=None) -> None:
     "Entry point of `python -m treetrm.sim`."
     a = cli_parser().parse_args(argv)
     if a.command == 'world':
-        out = make_world(a.out_dir, seed=a.seed, **({'n_videos': a.videos} if a.videos else {}))
+        qpv = {t.strip(): 1 for t in a.types.split(',')} if a.types else None
+        out = make_world(a.out_dir, seed=a.seed, questions_per_video=qpv, **({'n_videos': a.videos} if a.videos else {}))
         return print(f'wrote {out}')
     srv = serve(a.host, a.port, faults_from_args(a), a.world, a.seed, a.latency)
     print(f'treetrm sim server at {srv.base_url} (models: {", ".join(sorted(ROLE_FACTORIES))}); Ctrl-C stops it', flush=True)
