@@ -10,8 +10,8 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count',
            'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'atomic_write_bytes',
-           'atomic_write_text', 'canonical_json', 'atomic_write_json', 'file_identity', 'folder_listing', 'read_json',
-           'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed']
+           'sweep_temp_files', 'atomic_write_text', 'canonical_json', 'atomic_write_json', 'file_identity',
+           'folder_listing', 'read_json', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -116,6 +116,13 @@ def atomic_write_bytes(path:str|Path, # target file; parent folders are created
     except BaseException:
         Path(tmp).unlink(missing_ok=True); raise
     return path
+
+def sweep_temp_files(folder:str|Path # a folder one process writes (a workspace)
+                    ) -> int:
+    "Remove the temp files a killed `atomic_write_bytes` left under `folder` (`.<name>.<random>.tmp`); returns how many."
+    stale = [p for p in Path(folder).rglob('.*.tmp') if p.is_file()] if Path(folder).is_dir() else []
+    for p in stale: p.unlink(missing_ok=True)
+    return len(stale)
 
 def atomic_write_text(path:str|Path, text:str) -> Path:
     "Write `text` (UTF-8) to `path` atomically."

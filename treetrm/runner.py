@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 import polars as pl
 from scipy.stats import beta as beta_dist
 from fastcore.basics import patch
-from .core import (ConfigError, DataError, InfraError, where, atomic_write_json, atomic_write_bytes, atomic_write_text, canonical_json, read_json, sha256_bytes, sha256_file,
+from .core import (ConfigError, sweep_temp_files, DataError, InfraError, where, atomic_write_json, atomic_write_bytes, atomic_write_text, canonical_json, read_json, sha256_bytes, sha256_file,
                           sha256_text, stable_seed, check_count, CallBudget, BudgetError)
 from .data import Question, QuestionUnit, load_questions, build_units, unit_correct, questions_fingerprint
 from .llm import telemetry_row, call_cost, ResponseCache
@@ -252,6 +252,7 @@ class Runner:
         self.cache = ResponseCache(self.workspace/'cache'/'responses.sqlite') if response_cache and backend == 'openai' else None  # the file is made on first use
         self.providers = _providers(backend, self.data_dir, seed, self.recorder, providers, self.cache)
         self.manifest = init_workspace(self.workspace)  # the first write
+        sweep_temp_files(self.workspace)  # what a kill mid-write left (this runner is the workspace's writer)
         self.log = self.recorder.log = HarnessLog(self.workspace/'harness.db')
         self.skills, self.prompts = VersionStore(self.workspace, 'skills'), VersionStore(self.workspace, 'prompts')
 
