@@ -53,12 +53,17 @@ TRAIN_CHECKS = (  # key, holds when, what is allowed
     ('max_calls', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
     ('deliver', lambda v: v in DELIVER, f'one of {DELIVER}'),
     ('probation_evidence', lambda v: v in PROBATION_EVIDENCE, f'one of {PROBATION_EVIDENCE}'),
+    ('futility', _flag, 'True or False'),
+    ('calibrate', _flag, 'True or False'),
+    ('reuse_base', _flag, 'True or False'),
     ('batch', lambda v: isinstance(v, BatchParams), 'BatchParams (or a dict of its fields)'),
     ('gate', lambda v: isinstance(v, GateParams), 'GateParams (or a dict of its fields)'))
 
 TRAIN_RELATIONS = (  # key, holds when, what is required
     ('p_low', lambda c: c.p_low < c.p_high, 'p_low must be below p_high (warm ladders keep units with p_low ≤ p̂ ≤ p_high)'),
-    ('ladder_cap', lambda c: c.ladder_cap is None or c.ladder_cap >= c.gate.min_n, 'ladder_cap must be at least gate.min_n (no gate exit comes before min_n units)'))
+    ('ladder_cap', lambda c: c.ladder_cap is None or c.ladder_cap >= c.gate.min_n, 'ladder_cap must be at least gate.min_n (no gate exit comes before min_n units)'),
+    ('probation_share', lambda c: c.probation_evidence != 'snapshot' or c.probation_share > 0,
+     'snapshot probations settle on held-out units: probation_share must be above 0 (or use probation_evidence=fresh)'))
 
 def check_table(obj, checks, relations=(), section:str='') -> None:
     "Raise a `ConfigError` naming the first knob of `obj` that breaks a row of `checks`, then of `relations`."
@@ -82,7 +87,7 @@ class TrainConfig:
     p_low: float = 0.02 # warm ladders drop units with p̂ below this
     p_high: float = 0.98 # ... and above this
     min_ladder_units: int = 60 # task types with fewer validation units are not gated
-    probation_share: float = 1/3 # share of each gated type's validation units held out of the gate, for probations
+    probation_share: float = 0.0 # share of each gated type's validation units held out of the gate, for snapshot probations
     ladder_cap: int|None = None # the gate consumes at most this many units (None: the whole ladder)
     max_steps: int = 15 # agent tool budget per question
     infra_guard: float = 0.2 # a rollout with a larger INFRA share stops the run
@@ -92,7 +97,10 @@ class TrainConfig:
     prompt_edit: bool = False # at each epoch end, one system-prompt edit kept only if its validation run R2 is not worse than R
     max_calls: int|None = None # hard budget: training's model calls of every role; the call past it is never made, training stops mid-step
     deliver: str = 'best' # what training delivers: 'best' (highest validation accuracy at an epoch end) or 'current' (the rule's last state)
-    probation_evidence: str = 'snapshot' # a probation's evidence at each epoch end: 'snapshot' (the held-out units, pre-edit answers vs R) or 'fresh' (a fresh anchor draw vs R on all the type's units)
+    probation_evidence: str = 'fresh' # a probation's evidence at each epoch end: 'fresh' (a fresh anchor draw vs R on all the type's units) or 'snapshot' (held-out units, pre-edit answers vs R)
+    futility: bool = True # stop an edit below the smallest effect the pool can confirm (unless gate.min_effect_q is set)
+    calibrate: bool = True # confirm at the exact threshold for the type's evidence cap instead of 1/alpha
+    reuse_base: bool = True # base-arm outcomes keyed by what the agent reads, paid once a run (False: once per skills/prompts version)
 
     def __post_init__(self): check_table(self, TRAIN_CHECKS, TRAIN_RELATIONS)
 

@@ -14,9 +14,10 @@ from .core import ConfigError, DataError, where
 # %% auto #0
 __all__ = ['DECISIONS', 'DECISION_RANK', 'RULE_DECISIONS', 'REFERENCE', 'GateInputError', 'GateParams', 'log_betainc',
            'log_e_value_plus', 'log_e_value_minus', 'e_value_plus', 'e_value_minus', 'mcnemar_exact_one_sided',
-           'log_e_value_futility', 'GateVerdict', 'shrunk_delta', 'gate_decision', 'PairBlock', 'pair_block',
-           'Quadrants', 'classify_quadrants', 'q_for_gain', 'simulate_ladders', 'GateTables', 'gate_tables',
-           'gate_paths', 'run_rules', 'summarise_rules', 'gate_outcome_distribution', 'distribution_summary',
+           'log_e_value_futility', 'calibrated_threshold', 'round_cap', 'confirm_log_threshold', 'detectable_q',
+           'min_effect_q_for', 'GateVerdict', 'shrunk_delta', 'gate_decision', 'PairBlock', 'pair_block', 'Quadrants',
+           'classify_quadrants', 'q_for_gain', 'simulate_ladders', 'GateTables', 'gate_tables', 'gate_paths',
+           'run_rules', 'summarise_rules', 'gate_outcome_distribution', 'distribution_summary',
            'ville_crossing_probability', 'fixed_n_power', 'fixed_n_power_n', 'GateBenchmark', 'gate_benchmark',
            'benchmark_table', 'benchmark_report', 'plot_stopping_times', 'plot_power_curves']
 
@@ -48,12 +49,16 @@ class GateParams:
     tau: float = 0.05 # prior scale of true accuracy changes, for the shrunk delta
     min_effect_q: float|None = None # optional minimum worthwhile q in (1/2, 1); enables evidence-based futility
     beta_fut: float = 0.2 # futility rejects a worthwhile edit with probability <= beta_fut
+    evidence_cap: int|None = None # most units the e-process can ever pair (ladder + probation); set: confirm at the exact threshold for it
 
     def __post_init__(self):
         for name in ('alpha', 'alpha_dir', 'alpha_prov', 'beta_fut'): _check_open_unit(name, getattr(self, name))
         for name in ('prior_a', 'prior_b', 'tau'): _check_positive(name, getattr(self, name))
         if isinstance(self.min_n, bool) or not isinstance(self.min_n, numbers.Integral) or self.min_n < 0:
             raise ConfigError(where(f'min_n must be a whole number >= 0, got {self.min_n!r}', field='min_n'))
+        cap = self.evidence_cap
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 1):
+            raise ConfigError(where(f'evidence_cap must be None or a whole number >= 1, got {cap!r}', field='evidence_cap'))
         q = self.min_effect_q
         if q is not None and (isinstance(q, bool) or not isinstance(q, numbers.Real) or not 0.5 < q < 1):
             raise ConfigError(where(f'min_effect_q must be None or strictly between 0.5 and 1, got {q!r}',
@@ -144,6 +149,79 @@ def log_e_value_futility(w, # W: discordant wins (scalar or array)
     num = special.betaln(w + 1, l + 1) + log_betainc(w + 1, l + 1, q1) - math.log(q1)
     return (num - w*math.log(q1) - l*math.log1p(-q1))[()]
 
+# %% ../nbs/11_gate.ipynb #218c8869
+def _log_e_rows(n_steps:int, prior_a:float, prior_b:float) -> list[np.ndarray]:
+    "log E+(w, n - w) for w = 0..n, for every n = 1..n_steps."
+    return [_log_e_plus(np.arange(n + 1), n - np.arange(n + 1), prior_a, prior_b) for n in range(1, n_steps + 1)]
+
+def _crossing_probability(rows:list[np.ndarray], log_threshold:float, q:float=0.5) -> float:
+    "Exact P(E+ reaches exp(log_threshold) within len(rows) flips, each a W with probability q), by DP over W."
+    mass, crossed = np.array([1.0]), 0.0
+    for row in rows:
+        new = np.zeros(len(mass) + 1)
+        new[1:] += q*mass
+        new[:-1] += (1 - q)*mass
+        hit = row >= log_threshold - 1e-12
+        crossed += new[hit].sum()
+        new[hit] = 0.0
+        mass = new
+    return float(crossed)
+
+@functools.lru_cache(maxsize=256)
+def _cached_rows(n_steps:int, prior_a:float, prior_b:float) -> list[np.ndarray]: return _log_e_rows(n_steps, prior_a, prior_b)
+
+@functools.lru_cache(maxsize=256)
+def calibrated_threshold(cap:int, # most units the e-process may ever pair
+                         alpha:float=0.05, # type-I error
+                         prior_a:float=1.0, prior_b:float=1.0 # the mixing prior
+                        ) -> float:
+    "Smallest E+ threshold whose worst-case crossing chance within `cap` flips is <= alpha (never above 1/alpha)."
+    rows = _cached_rows(int(cap), float(prior_a), float(prior_b))
+    values = np.unique(np.concatenate(rows))
+    values = values[(values > 0) & (values <= -math.log(alpha) + 1e-12)]
+    lo, hi = 0, len(values)  # crossing(values[k]) decreases in k; find the first k with crossing <= alpha
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _crossing_probability(rows, values[mid]) <= alpha: hi = mid
+        else: lo = mid + 1
+    return float(min(math.exp(values[lo]), 1/alpha)) if lo < len(values) else 1/alpha
+
+def round_cap(cap:int, step:int=20) -> int:
+    "The cap rounded up to a multiple of `step` (a larger cap keeps the calibrated threshold valid)."
+    return int(math.ceil(cap / step) * step)
+
+def confirm_log_threshold(params:GateParams) -> float:
+    "log of the E+ level that confirms: the cap-calibrated threshold when `evidence_cap` is set, else log(1/alpha)."
+    if params.evidence_cap is None: return -math.log(params.alpha)
+    return math.log(calibrated_threshold(params.evidence_cap, params.alpha, params.prior_a, params.prior_b))
+
+# %% ../nbs/11_gate.ipynb #0012b1bb
+@functools.lru_cache(maxsize=512)
+def detectable_q(n_flips:int, # discordant flips the evidence can hold
+                 log_threshold:float, # log of the confirming E+ level
+                 power:float=0.8, # chance of confirming that defines 'detectable'
+                 prior_a:float=1.0, prior_b:float=1.0) -> float:
+    "Smallest q = P(W | discordant) that confirms within `n_flips` with probability >= `power` (1.0 when none does)."
+    rows = _cached_rows(int(n_flips), float(prior_a), float(prior_b))
+    if _crossing_probability(rows, log_threshold, 1.0) < power: return 1.0
+    lo, hi = 0.5, 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if _crossing_probability(rows, log_threshold, mid) >= power: hi = mid
+        else: lo = mid
+    return hi
+
+def min_effect_q_for(params:GateParams, # the gate settings (alpha, prior, beta_fut, evidence_cap)
+                     cap:int, # most units the evidence can hold
+                     discordance:float, # expected share of units whose outcome differs between two draws
+                     q_max:float=0.95 # never ask for more than this
+                    ) -> float:
+    "The futility test's q1: the smallest q the pool can confirm with power 1 - beta_fut, capped at q_max."
+    if not 0 < discordance <= 1: raise ConfigError(where(f'discordance must be in (0, 1], got {discordance!r}', field='discordance'))
+    flips = max(1, int(round(discordance * cap)))
+    q1 = detectable_q(flips, confirm_log_threshold(params), 1 - params.beta_fut, params.prior_a, params.prior_b)
+    return float(min(q1, q_max))
+
 # %% ../nbs/11_gate.ipynb #d5cc29ee
 DECISIONS = ('accept_confirmed', 'accept_provisional', 'continue', 'reject_directional', 'reject_futility', 'reject_inertia')
 DECISION_RANK = {'reject_directional': 0, 'reject_futility': 0, 'reject_inertia': 0, 'continue': 1,
@@ -160,9 +238,10 @@ def _rule_index(log_ep, log_em, log_reach, p_mcnemar, log_fut, w, l, n_used, n_r
     may_stop = (n_used >= params.min_n) | (n_remaining == 0)
     provisional_holds = (w > l) & (np.asarray(p_mcnemar) <= params.alpha_prov)
     below_min_effect = np.asarray(log_fut) >= -math.log(params.beta_fut) if params.min_effect_q is not None else False
-    conditions = [may_stop & (log_ep >= -math.log(params.alpha)), may_stop & (log_em >= -math.log(params.alpha_dir)),
+    confirm = confirm_log_threshold(params)
+    conditions = [may_stop & (log_ep >= confirm), may_stop & (log_em >= -math.log(params.alpha_dir)),
                   may_stop & below_min_effect, (n_remaining == 0) & provisional_holds, n_remaining == 0,
-                  (n_used >= params.min_n) & (log_reach < -math.log(params.alpha)) & ~provisional_holds]
+                  (n_used >= params.min_n) & (log_reach < confirm) & ~provisional_holds]
     return np.select(conditions, list(range(6)), default=_CONTINUE)
 
 # %% ../nbs/11_gate.ipynb #e997b04a
@@ -204,14 +283,16 @@ def _check_gate_inputs(w, l, n_used, n_remaining):
 def _reason(rule:int, w, l, n_used, n_remaining, log_ep, log_em, log_reach, p, log_fut, params) -> str:
     "One sentence saying which exit fired and why."
     e, h, reach = (float(_saturating_exp(v)) for v in (log_ep, log_em, log_reach))
+    c = math.exp(confirm_log_threshold(params))
+    level = f'1/alpha = {c:.3g}' if params.evidence_cap is None else f'{c:.3g} (calibrated to {params.evidence_cap} units)'
     head = f'W={w} L={l} after {n_used} units ({n_remaining} left)'
     return head + ': ' + [
-        f'E+ = {e:.3g} >= 1/alpha = {1/params.alpha:.3g}',
+        f'E+ = {e:.3g} >= {level}',
         f'E- = {h:.3g} >= 1/alpha_dir = {1/params.alpha_dir:.3g}: the candidate is worse',
         f'below the minimum effect q1 = {params.min_effect_q}: E_fut = {float(_saturating_exp(log_fut)):.3g} >= 1/beta_fut = {1/params.beta_fut:.3g}',
         f'ladder end, W > L and exact McNemar p = {p:.3g} <= alpha_prov = {params.alpha_prov}',
         f'ladder end without confirmation and without the provisional rule (McNemar p = {p:.3g}, E+ = {e:.3g})',
-        f'unreachable: even {n_remaining} more wins would give E+ = {reach:.3g} < {1/params.alpha:.3g}',
+        f'unreachable: even {n_remaining} more wins would give E+ = {reach:.3g} < {c:.3g}',
         f'E+ = {e:.3g}, E- = {h:.3g}; keep consuming the ladder' + (f' (no exit before {params.min_n} units)' if n_used < params.min_n else ''),
     ][rule]
 
@@ -424,13 +505,7 @@ def ville_crossing_probability(n_steps:int, # discordant flips observed
                                params:GateParams=GateParams() # supplies the prior
                               ) -> float:
     "Exact P(sup over the first n_steps flips of E+(W, L) >= threshold), by dynamic programming over W."
-    mass, crossed = np.array([1.0]), 0.0
-    for n in range(1, n_steps + 1):
-        new = np.zeros(n + 1); new[1:] += q*mass; new[:-1] += (1 - q)*mass
-        w = np.arange(n + 1)
-        hit = log_e_value_plus(w, n - w, params.prior_a, params.prior_b) >= math.log(threshold)
-        crossed += new[hit].sum(); new[hit] = 0.0; mass = new
-    return float(crossed)
+    return _crossing_probability(_cached_rows(n_steps, float(params.prior_a), float(params.prior_b)), math.log(threshold), q)
 
 # %% ../nbs/11_gate.ipynb #ab53b81c
 def _critical_wins(m_max:int, alpha:float) -> np.ndarray:

@@ -18,13 +18,13 @@ from .validate import materialised_candidates, candidates_root
 from . import report
 
 # %% auto #0
-__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'ABLATIONS', 'EFFECT_BINS', 'DEFAULT_GRID_SPLIT',
-           'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'oracle_rule', 'CellSpec', 'grid_cells',
-           'BenchSettings', 'train_config', 'world_runner', 'calls_by_role', 'delivered_rules', 'harmful_points',
-           'effect_bin', 'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule', 'run_world', 'mean_ci',
-           'rule_summary', 'share_of', 'verdict', 'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job',
-           'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'plot_frontier', 'plot_budget',
-           'loop_table', 'write_loop_bench', 'show_loop_bench']
+__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'ABLATIONS', 'EFFECT_BINS',
+           'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'oracle_rule', 'CellSpec',
+           'grid_cells', 'BenchSettings', 'train_config', 'world_runner', 'calls_by_role', 'delivered_rules',
+           'harmful_points', 'effect_bin', 'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule',
+           'run_world', 'mean_ci', 'rule_summary', 'share_of', 'verdict', 'cell_summary', 'single_threaded_polars',
+           'job_rows_file', 'run_job', 'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid',
+           'plot_frontier', 'plot_budget', 'loop_table', 'write_loop_bench', 'show_loop_bench']
 
 # %% ../nbs/17a_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
@@ -33,7 +33,7 @@ RULE_LABELS = {'gate': 'treetrm gate', 'gepa_engine': 'GEPA engine', 'gepa': 'GE
 RULE_COLORS = {'gate': '#1b7837', 'gepa_engine': '#332288', 'gepa': '#4477aa', 'gepa_veto': '#66ccee', 'greedy': '#ee6677',
                'greedy_margin': '#aa3377', 'fixed_n': '#ccbb44', 'bayes': '#bbbbbb', 'oracle': '#000000'}
 RULE_DESCRIPTIONS = {
-    'gate': 'treetrm: anytime-valid sequential e-value gate on the ladder, provisional accepts under probation (DESIGN §7), as landed',
+    'gate': 'treetrm: anytime-valid sequential e-value gate on the whole pool, cap-calibrated threshold, futility at the detectable effect, fresh-evidence probation, base arms paid once per content',
     'gepa_engine': 'the real GEPA engine (gepa.optimize, Pareto selection, strict minibatch improvement), treetrm evolver as proposer, same call budget',
     'gepa': "GEPA's acceptance inside treetrm's loop: the summed score on a 3-question minibatch strictly improves; no validation pass",
     'gepa_veto': "GEPA's minibatch rule, then a full validation pass that must not be lower than the base's",
@@ -42,9 +42,18 @@ RULE_DESCRIPTIONS = {
     'fixed_n': 'fixed-n exact one-sided McNemar at alpha = 0.05 over the whole ladder',
     'bayes': 'Bayesian: accept when P(candidate better | W, L) >= 0.9, uniform prior on P(win | discordant)',
     'oracle': "accepts iff the edit's true effect on its task type (the world's truth) is positive; the reference for regret",
-    'gate_fresh_probation': "the gate with probation_evidence='fresh': each epoch's settlement pairs a fresh anchor draw with R on all the type's units"}
-ABLATIONS = {'gate_fresh_probation': ('gate', dict(probation_evidence='fresh'))}  # ablation rule -> (acceptance, training settings it changes)
-RULE_LABELS['gate_fresh_probation'], RULE_COLORS['gate_fresh_probation'] = 'gate, fresh probation', '#5aae61'
+    'gate_landed': 'the gate as landed before the acceptance-pipeline changes: snapshot probation on a 1/3 reserve, 1/alpha, no futility, base arms per version',
+    'gate_snapshot': 'the gate with snapshot probation on a 1/3 reserve (everything else as the gate)',
+    'gate_no_futility': 'the gate without the minimum-effect futility',
+    'gate_no_calibrate': 'the gate confirming at 1/alpha instead of the cap-calibrated threshold',
+    'gate_no_reuse': 'the gate paying for base arms once per skills/prompts version'}
+SNAPSHOT = dict(probation_evidence='snapshot', probation_share=1/3)
+ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
+    'gate_landed': ('gate', SNAPSHOT | dict(futility=False, calibrate=False, reuse_base=False)),
+    'gate_snapshot': ('gate', SNAPSHOT), 'gate_no_futility': ('gate', dict(futility=False)),
+    'gate_no_calibrate': ('gate', dict(calibrate=False)), 'gate_no_reuse': ('gate', dict(reuse_base=False))}
+for name, color in zip(ABLATIONS, ('#a6dba0', '#5aae61', '#7fbf7b', '#c2a5cf', '#9970ab')):
+    RULE_LABELS[name], RULE_COLORS[name] = name.replace('_', ' '), color
 EFFECT_BINS = (('harmful', -math.inf, -0.5), ('null', -0.5, 0.5), ('helpful', 0.5, 3.0), ('large', 3.0, math.inf))
 
 # %% ../nbs/17a_loop_bench.ipynb #70bd91fc

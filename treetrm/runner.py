@@ -18,17 +18,18 @@ from .data import Question, QuestionUnit, load_questions, build_units, unit_corr
 from .llm import telemetry_row, call_cost, ResponseCache
 from .skills import (Edit, DEFAULT_SKILL, VersionStore, init_workspace, load_manifest, set_current, set_best,
                             set_prompts, skill_slug)
-from .agent import INFRA_STOP_REASONS
+from .agent import INFRA_STOP_REASONS, load_agent_prompts
 from .log import HarnessLog, check_run_id
 from .inference import run_inference, predictions_correctness, InferenceResult, answer_health
 from .diagnose import diagnose as diagnose_run, case_packs
 from .split import run_split, load_split, has_pools, pools_dir, make_providers, load_split_config, Split
 from .batching import BatchParams, build_batches
 from .config import ACCEPTANCE_RULES, DELIVER, DEFAULT_SPLIT, TrainConfig, train_config, Config, load_config, config_frame, runner_config
-from .gate import GateParams, mcnemar_exact_one_sided, e_value_plus
-from .ladder import GATE_RUN_MARK, Ladder, hash_order, build_ladders, freeze_gate_pools, load_gate_pools, phat_from_log, ladder_units
+from .gate import GateParams, mcnemar_exact_one_sided, e_value_plus, min_effect_q_for, round_cap
+from .ladder import GATE_RUN_MARK, BaselineCache, Ladder, hash_order, build_ladders, freeze_gate_pools, load_gate_pools, phat_from_log, ladder_units
 from .validate import (validate_skills_concurrent, open_probation, settle_probation, continue_probation,
-                              unit_outcome_from_predictions, gate_run_id, materialised_candidates, candidates_root, UnitOutcome)
+                              unit_outcome_from_predictions, gate_run_id, materialised_candidates, candidates_root, UnitOutcome,
+                              base_view_sha)
 from .evolve import (propose_edits, Blacklist, classify_pairs, momentum_guidance, guidance_files, guidance_from_files, edit_texts,
                             propose_prompt_edit, PROMPT_TARGET, PROMPT_TASK_TYPE)
 from .checkpoint import (TrainState, structural_parts, decision_fingerprint, save_checkpoint, load_checkpoint,
@@ -36,14 +37,15 @@ from .checkpoint import (TrainState, structural_parts, decision_fingerprint, sav
 from . import report
 
 # %% auto #0
-__all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'TRAIN_ROLES', 'BASELINE_RUN', 'ACCEPTANCE', 'filed_under', 'call_budget',
-           'current_run_id', 'request_key', 'CallRecorder', 'RecordedProvider', 'apply_batch_correctness',
-           'guard_infra', 'tick_cooldowns', 'should_stop_early', 'probation_pairs', 'rule_kinds', 'GateRequest',
-           'Acceptance', 'base_arm_run_id', 'rollout_run_id', 'Runner', 'gate_rule', 'greedy_rule', 'margin_ok',
-           'posterior_better', 'greedy_margin_rule', 'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule',
-           'gepa_minibatch_rule', 'gepa_veto_rule', 'split_reserve', 'cap_ladder', 'role_usage', 'forecast_usage',
-           'dual_metric_rows', 'holdout_rows', 'confirmed_rule_counts', 'decision_tally', 'delivered_version',
-           'TrainResult', 'skills_diff']
+__all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'TRAIN_ROLES', 'BASELINE_RUN', 'ACCEPTANCE', 'MIN_HISTORY_UNITS', 'filed_under',
+           'call_budget', 'current_run_id', 'request_key', 'CallRecorder', 'RecordedProvider',
+           'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early', 'probation_pairs',
+           'rule_kinds', 'GateRequest', 'Acceptance', 'base_arm_run_id', 'agent_prompts_key', 'base_view_key',
+           'rollout_run_id', 'Runner', 'gate_rule', 'greedy_rule', 'margin_ok', 'posterior_better',
+           'greedy_margin_rule', 'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule',
+           'gepa_veto_rule', 'split_reserve', 'cap_ladder', 'evidence_cap', 'discordance_estimate', 'gate_history',
+           'type_gate_params', 'role_usage', 'forecast_usage', 'dual_metric_rows', 'holdout_rows',
+           'confirmed_rule_counts', 'decision_tally', 'delivered_version', 'TrainResult', 'skills_diff']
 
 # %% ../nbs/17_runner.ipynb #ed286037
 CURRENT_RUN: contextvars.ContextVar = contextvars.ContextVar('treetrm_current_run', default=None)
@@ -181,9 +183,10 @@ class GateRequest:
     prompts_version: str|None # the prompts version of both arms
     ladders: dict # task type -> frozen Ladder of this epoch
     units: tuple # the validation units
-    params: GateParams # the frozen gate settings
+    params: GateParams|dict # the frozen gate settings, or task type -> its settings (`type_gate_params`)
     batch: tuple = () # the step's batch questions
     rollout: dict = field(default_factory=dict) # question_id -> correct of the rollout (base skills on the batch)
+    reuse_base: bool = True # base arms keyed by what the agent reads (False: by version names, no BaselineCache)
 
 @dataclass(frozen=True)
 class Acceptance:
@@ -202,9 +205,19 @@ class Acceptance:
     def accepted(self) -> bool: return self.decision.startswith('accept')
 
 # %% ../nbs/17_runner.ipynb #d7f681f5
-def base_arm_run_id(run_id:str, skills_version:str, prompts_version:str|None, task_type:str) -> str:
-    "The run id of the base arm for one skills/prompts version and task type (carries the `_gate_` mark)."
-    return f'{run_id}{GATE_RUN_MARK}base_{skills_version}_{prompts_version or "p0"}_{skill_slug(task_type)}'
+def base_arm_run_id(run_id:str, # the training run
+                    view_key:str, # `base_view_key`: what the agent reads of the base skills and prompts
+                    task_type:str) -> str:
+    "The run id of the base arm for what the agent reads for one task type (carries the `_gate_` mark)."
+    return f'{run_id}{GATE_RUN_MARK}base_{view_key[:12]}_{skill_slug(task_type)}'
+
+def agent_prompts_key(prompts_dir:str|Path|None) -> str:
+    "A hash of the agent's prompt texts (the evolver's guidance in the same version does not change it)."
+    return sha256_text(canonical_json(load_agent_prompts(prompts_dir).texts))
+
+def base_view_key(skills_dir:str|Path, task_type:str, mode:str, prompts_dir:str|Path|None) -> str:
+    "What the agent reads when it answers a task type's questions: its skills view and its prompts."
+    return sha256_text(base_view_sha(skills_dir, task_type, mode) + agent_prompts_key(prompts_dir))
 
 def rollout_run_id(run_id:str, gate_id:str) -> str:
     "The run id of a step's rollout (the current skills on the step's batch)."
@@ -268,14 +281,15 @@ def resolve_version(self:Runner, version:str) -> str:
 
 @patch
 async def _infer(self:Runner, questions, run_id:str, skills_version:str|None=None, *, kind:str='infer', skills_dir=None,
-                 prompts_version:str|None=None, progress:bool|None=None, summarise:bool=True) -> InferenceResult|None:
+                 prompts_version:str|None=None, progress:bool|None=None, summarise:bool=True,
+                 by_content:bool=False) -> InferenceResult|None: # by_content: the run id names what the agent reads, so no version is recorded
     "Run the agent on `questions` under `run_id` (resumable), filing its model calls under the run."
     token = CURRENT_RUN.set(run_id)
     try:
         pv = prompts_version or load_manifest(self.workspace).prompts_version
         return await run_inference(list(questions), trees_dir=self.trees_dir, provider=self.providers['agent'], log=self.log, run_id=run_id,
                                    skills_dir=skills_dir or self.skills.path(skills_version), concurrency=self.concurrency, max_steps=self.config.max_steps, mode=self.skill_mode,
-                                   seed=self.seed, kind=kind, skills_version=skills_version, prompts_version=pv, vision=self.providers.get('vision'),
+                                   seed=self.seed, kind=kind, skills_version=None if by_content else skills_version, prompts_version=None if by_content else pv, vision=self.providers.get('vision'),
                                    progress=self.progress if progress is None else progress, prompts_dir=self.prompts.path(pv) if pv else None,
                                    retry_errors=True, summarise=summarise)
     finally: CURRENT_RUN.reset(token); self.recorder.flush()
@@ -347,17 +361,42 @@ def deliver_best(self:Runner, run:str|None=None) -> str:
     set_current(self.workspace, v, run, event='deliver_best')
     return v
 
+# %% ../nbs/17_runner.ipynb #3be65199
+@patch
+def prompts_dir(self:Runner, prompts_version:str|None) -> Path|None:
+    "The agent prompts folder of a prompts version (None: the default prompts)."
+    return self.prompts.path(prompts_version) if prompts_version else None
+
+@patch
+def base_key(self:Runner, req:GateRequest, task_type:str) -> str:
+    "`base_view_key` of a request's base skills for one task type (with `reuse_base` off: of its version names)."
+    if not req.reuse_base: return sha256_text(f'{req.base_version}/{req.prompts_version}')
+    return base_view_key(self.skills.path(req.base_version), task_type, self.skill_mode, self.prompts_dir(req.prompts_version))
+
+@patch
+@contextmanager
+def baseline_cache(self:Runner, req:GateRequest):
+    "The training run's `BaselineCache`, open for one gate round (None with `reuse_base` off)."
+    if not req.reuse_base:
+        yield None
+        return
+    scope = canonical_json(dict(model=getattr(self.providers['agent'], 'model', ''), max_steps=self.config.max_steps, mode=self.skill_mode))
+    cache = BaselineCache(self.workspace/'cache'/f'baseline-{req.run_id}.sqlite', scope=sha256_text(scope))
+    try: yield cache
+    finally: cache.close()
+
 # %% ../nbs/17_runner.ipynb #02e80677
 @patch
 def unit_evaluator(self:Runner, req:GateRequest):
     "An `evaluate(unit, arm, skills_dir)` over `run_inference` with resumable, decision-stable run ids."
     async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
         base = arm == 'base'
-        rid = base_arm_run_id(req.run_id, req.base_version, req.prompts_version, unit.task_type) if base else gate_run_id(req.run_id, req.gate_id, unit.task_type, arm)
+        if base: rid = base_arm_run_id(req.run_id, self.base_key(req, unit.task_type), unit.task_type)
+        else: rid = gate_run_id(req.run_id, req.gate_id, unit.task_type, arm)
         ids = list(unit.question_ids)
         rows = self.log.prediction_outcomes(rid, ids)
-        if sum(r['stop_reason'] != 'error' for r in rows) < len(ids):  # not answered before (a base arm is, once per version)
-            await self._infer(unit.questions, rid, req.base_version if base else None, kind='gate', skills_dir=skills_dir,
+        if sum(r['stop_reason'] != 'error' for r in rows) < len(ids):  # not answered before (a base arm is, once per content)
+            await self._infer(unit.questions, rid, req.base_version if base else None, kind='gate', skills_dir=skills_dir, by_content=base and req.reuse_base,
                               prompts_version=req.prompts_version, progress=False, summarise=False)
             rows = self.log.prediction_outcomes(rid, ids)
         return unit_outcome_from_predictions(unit, rows)
@@ -365,10 +404,12 @@ def unit_evaluator(self:Runner, req:GateRequest):
 
 async def gate_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
     "The anytime-valid sequential gate over every candidate at once (DESIGN §7)."
-    outs = await validate_skills_concurrent(req.candidates, ladders=req.ladders, units=req.units, evaluate=runner.unit_evaluator(req),
-                                            base_skills_dir=runner.skills.path(req.base_version), concurrency=runner.concurrency,
-                                            run_id=req.run_id, gate_id=req.gate_id, prompts_version=req.prompts_version or 'p0',
-                                            params=req.params, log=runner.log, gate_guard_err=runner.config.gate_guard_err, workspace=runner.workspace)
+    with runner.baseline_cache(req) as cache:
+        outs = await validate_skills_concurrent(req.candidates, ladders=req.ladders, units=req.units, evaluate=runner.unit_evaluator(req),
+                                                base_skills_dir=runner.skills.path(req.base_version), concurrency=runner.concurrency,
+                                                run_id=req.run_id, gate_id=req.gate_id, prompts_version=agent_prompts_key(runner.prompts_dir(req.prompts_version)),
+                                                params=req.params, log=runner.log, gate_guard_err=runner.config.gate_guard_err,
+                                                workspace=runner.workspace, baseline_cache=cache, skill_mode=runner.skill_mode)
     return {t: Acceptance(t, o.decision, o.w, o.l, o.n_used, o.verdict.e_value, o.candidate_questions(), tuple(o.paired), o) for t, o in outs.items()}
 
 # %% ../nbs/17_runner.ipynb #12488030
@@ -575,6 +616,40 @@ def _start_epoch(self:Runner, r:_TrainRun, s:TrainState, epoch:int) -> TrainStat
                    epoch_start_correctness={q.question_id: s.correctness[q.question_id] for q in r.diag},
                    rng_state=rng_to_json(rng), ladders_fingerprint=pools.fingerprint)
 
+# %% ../nbs/17_runner.ipynb #ca3e5a2a
+def evidence_cap(config:TrainConfig, # the run's settings
+                 n_units:int # the type's validation units
+                ) -> int:
+    "Most units a type's e-process can pair in a run: the gate's pass plus the probation rounds, rounded up to 20."
+    rounds = config.probation_rounds if config.probation_evidence == 'fresh' else 0
+    return round_cap(max(1, n_units) * (1 + rounds))
+
+MIN_HISTORY_UNITS = 100
+
+def discordance_estimate(ladder:Ladder, # the type's frozen ladder
+                         history=() # (W, L, n_used) of the run's earlier gate decisions
+                        ) -> float:
+    "Expected share of discordant units: the earlier gates' pooled rate, else mean 2p̂(1 - p̂) over the ladder."
+    w, l, n = (sum(h[i] for h in history) for i in range(3))
+    if n >= MIN_HISTORY_UNITS: return max(0.05, (w + l) / n)
+    phat = ladder.phat or (0.5,)
+    return max(0.05, sum(2*p*(1 - p) for p in phat) / len(phat))
+
+def gate_history(decisions) -> list[tuple[int, int, int]]:
+    "(W, L, n_used) of every gate decision in a decision log."
+    return [(d.get('w', 0), d.get('l', 0), d['n_used']) for d in decisions if d['kind'] == 'gate' and d.get('n_used')]
+
+def type_gate_params(config:TrainConfig, # the run's settings
+                     ladder:Ladder, # the type's frozen ladder
+                     n_units:int, # the type's validation units
+                     history=() # (W, L, n_used) of the run's earlier gate decisions
+                    ) -> GateParams:
+    "One type's gate settings: the threshold calibrated to its evidence cap and its pool's minimum effect, as configured."
+    p, cap = config.gate, evidence_cap(config, n_units)
+    if config.calibrate: p = replace(p, evidence_cap=cap)
+    if config.futility and p.min_effect_q is None: p = replace(p, min_effect_q=min_effect_q_for(p, cap, discordance_estimate(ladder, history)))
+    return p
+
 # %% ../nbs/17_runner.ipynb #bb7f3cd4
 @patch
 def _ladders(self:Runner, r:_TrainRun, s:TrainState) -> dict:
@@ -746,8 +821,10 @@ async def _step(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     ladders = self._ladders(r, s)
     proposals = await self._propose(r, s, batch, roll, gate_id, ladders)
     cands = {t: p.edit for t, p in proposals.items() if p.ok}
+    history = gate_history(s.decisions)
+    params = {t: type_gate_params(r.config, ladders[t], sum(u.task_type == t for u in r.val_units), history) for t in cands}
     req = GateRequest(r.rid, gate_id, cands, s.skills_current, s.prompts_version, {t: ladders[t] for t in cands}, tuple(r.val_units),
-                      r.config.gate, tuple(batch), {q: correctness[q] for q in ids})
+                      params, tuple(batch), {q: correctness[q] for q in ids}, r.config.reuse_base)
     results = await r.rule(self, req) if cands else {}
     r.event('gate_done', gate_id=gate_id, decisions={t: a.decision for t, a in results.items()})
     s, rejected = replace(s, correctness=correctness), []
@@ -794,7 +871,8 @@ async def _settle_probation(self:Runner, r:_TrainRun, s:TrainState, pb, r_correc
     units = [u for u in r.val_units if u.task_type == pb.task_type]
     if r.config.probation_evidence == 'fresh': w, l, ids = probation_pairs(units, await self._anchor_correctness(r, s, pb), r_correct)
     else: w, l, ids = probation_pairs(units, pb.correctness_snapshot, r_correct, pb.consumed_units)
-    action = settle_probation(pb, w, l, r.config.gate, r.config.probation_rounds)
+    params = replace(r.config.gate, evidence_cap=evidence_cap(r.config, len(units))) if r.config.calibrate else r.config.gate
+    action = settle_probation(pb, w, l, params, r.config.probation_rounds)
     edit = pb.pending_edits[-1]
     d = _decision(s, f'e{s.epoch}', pb.task_type, 'probation', action, w=pb.w + w, l=pb.l + l, n_used=pb.n_used + len(ids),
                   e_value=float(e_value_plus(pb.w + w, pb.l + l)), fingerprint=None, texts=[t for e in pb.pending_edits for t in edit_texts(e)],

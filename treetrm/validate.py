@@ -14,9 +14,9 @@ import polars as pl
 from fastcore.basics import patch
 from .core import ConfigError, DataError, InfraError, TreeTrmError, where, atomic_write_text, canonical_json
 from .data import QuestionUnit, unit_correct
-from .skills import DEFAULT_SKILL, Edit, apply_edit, parse_edit, skill_slug
+from .skills import DEFAULT_SKILL, Edit, apply_edit, parse_edit, skill_slug, load_skill_dir, route_skills
 from .agent import INFRA_STOP_REASONS
-from .gate import (GateParams, GateVerdict, gate_decision, mcnemar_exact_one_sided,
+from .gate import (GateParams, confirm_log_threshold, GateVerdict, gate_decision, mcnemar_exact_one_sided,
                           log_e_value_plus, log_e_value_minus)
 from .ladder import GATE_RUN_MARK, GatePools, Ladder, ladder_units, skill_hash
 
@@ -24,7 +24,7 @@ from .ladder import GATE_RUN_MARK, GatePools, Ladder, ladder_units, skill_hash
 __all__ = ['ARMS', 'Evaluate', 'CONSUME_MODES', 'SHADOW_RULES', 'QUADRANTS', 'PROBATION_ACTIONS', 'QuestionSlots', 'UnitOutcome',
            'scripted_evaluator', 'candidates_root', 'materialise_candidate', 'materialised_candidates', 'TypeGate',
            'ShadowDecision', 'gepa_shadow', 'fixed_n_shadow', 'peek_shadow', 'shadow_decisions', 'ValidationOutcome',
-           'gate_outcome', 'launch_order', 'InfraGuard', 'base_skills_sha', 'gate_log_rows',
+           'gate_outcome', 'launch_order', 'InfraGuard', 'base_skills_sha', 'base_view_sha', 'gate_log_rows',
            'validate_skills_concurrent', 'gate_summary', 'Probation', 'open_probation', 'settle_probation',
            'continue_probation', 'gate_run_id', 'unit_outcome_from_predictions', 'inference_evaluator']
 
@@ -373,7 +373,7 @@ class _GateRound:
     cand_dirs: dict # task type -> candidate skills folder
     guard: InfraGuard # the cumulative INFRA rate
     cache: object = None # a BaselineCache, or None
-    base_sha: str = '' # cache key part naming the base skills
+    base_sha: dict = field(default_factory=dict) # task type -> cache key part naming what the agent reads of the base skills
     prompts_version: str = '' # cache key part
     where_: dict = field(default_factory=dict) # run_id, gate_id for messages
     queued: dict = field(default_factory=dict) # task type -> set of tasks still waiting for slots
@@ -394,7 +394,7 @@ def _arrive(rnd:_GateRound, task_type:str, rank:int, arm:str, outcome:UnitOutcom
     "File one result: cache, guard, gate; freeze-cancel the type's queued tasks when its decision is final."
     g = rnd.gates[task_type]
     if arm == 'base' and rnd.cache is not None:
-        rnd.cache.put(task_type, rnd.base_sha, rnd.prompts_version, g.units[rank].unit_id, outcome.correct, infra=outcome.infra)
+        rnd.cache.put(task_type, rnd.base_sha[task_type], rnd.prompts_version, g.units[rank].unit_id, outcome.correct, infra=outcome.infra)
     if g.frozen: g.discarded += 1; return
     rnd.guard.count(outcome)
     if rnd.guard.tripped: raise _guard_error(rnd)
@@ -437,6 +437,16 @@ def base_skills_sha(base_skills_dir:str|Path) -> str:
     if not files: raise DataError(where('the base skills folder holds no skill files', 'Pass a version folder such as workspace/skills/v3', folder=base_skills_dir))
     return skill_hash(canonical_json(files))
 
+def base_view_sha(base_skills_dir:str|Path, # the base version folder
+                  task_type:str, # the task type whose questions are answered
+                  mode:str='auto' # the skill mode: auto, manual or none
+                 ) -> str:
+    "The cache key part naming what the agent reads of a skills folder for one task type: an edit elsewhere keeps it."
+    skills = load_skill_dir(base_skills_dir)
+    seen = skills.values() if mode == 'manual' else route_skills(skills, task_type, mode).skills
+    view = sorted([s.file, s.name, s.description, s.task_type, s.always, s.body] for s in seen)
+    return skill_hash(canonical_json(dict(mode=mode, skills=view)))
+
 def _ladder_map(ladders, candidates:Mapping) -> dict[str, Ladder]:
     "The ladder of every candidate's task type."
     lmap = ladders.ladders if isinstance(ladders, GatePools) else dict(ladders)
@@ -476,12 +486,12 @@ def _check_round_args(candidates, run_id, gate_id, prompts_version):
         if not isinstance(v, str) or not v.strip(): raise ConfigError(where(f'{name} must be a non-blank string, got {v!r}', field=name))
     _check_plain_id(gate_id, 'gate_id')
 
-def _use_cache(gates:dict, cache, base_sha:str, prompts_version:str) -> set:
+def _use_cache(gates:dict, cache, base_sha:dict, prompts_version:str) -> set:
     "File cached base outcomes into the gates; the (task_type, rank) pairs that need no base evaluation."
     hits = set()
     for tt, g in gates.items():
         for rank, u in enumerate(g.units):
-            if cache is None or (ok := cache.get(tt, base_sha, prompts_version, u.unit_id)) is None: continue
+            if cache is None or (ok := cache.get(tt, base_sha[tt], prompts_version, u.unit_id)) is None: continue
             g.record(rank, 'base', UnitOutcome(ok, detail={'cached': True})); g.cache_hits += 1; hits.add((tt, rank))
     return hits
 
@@ -504,21 +514,22 @@ async def validate_skills_concurrent(
         run_id:str, # the training run (for the log and messages)
         gate_id:str, # this gate round's id (log key, candidate folder name)
         prompts_version:str, # cache key part: the prompts version of both arms
-        params:GateParams=GateParams(), # the frozen gate settings
+        params:GateParams|Mapping[str,GateParams]=GateParams(), # the frozen gate settings, or task type -> its settings
         log=None, # a HarnessLog for gate_evidence, quadrant_pairs and shadow_gate rows
         baseline_cache=None, # a BaselineCache for base-arm outcomes
         gate_guard_err:float=0.2, # abort the round above this cumulative INFRA rate (after 10 evaluations)
         consume:str='ladder', # 'ladder'; 'arrival' is a test-only switch that shows the arrival-order bias
-        workspace:str|Path|None=None # where tmp/candidates goes (default: the folder holding skills/)
+        workspace:str|Path|None=None, # where tmp/candidates goes (default: the folder holding skills/)
+        skill_mode:str='auto' # how the agent reads skills (names what the base-arm cache key covers)
        ) -> dict[str, ValidationOutcome]:
     "Gate every candidate concurrently on its ladder; consume paired outcomes in ladder order; one outcome per task type."
     _check_round_args(candidates, run_id, gate_id, prompts_version)
     base_dir, unit_list = Path(base_skills_dir), list(units)
-    gates = {tt: TypeGate(tt, ladder_units(l, unit_list), params, consume) for tt, l in _ladder_map(ladders, candidates).items()}
+    gates = {tt: TypeGate(tt, ladder_units(l, unit_list), params[tt] if isinstance(params, Mapping) else params, consume) for tt, l in _ladder_map(ladders, candidates).items()}
     slots = concurrency if isinstance(concurrency, QuestionSlots) else QuestionSlots(concurrency)
     _check_widths(gates, slots.width)
     root, where_ = candidates_root(_workspace(base_dir, workspace), gate_id), dict(run_id=run_id, gate_id=gate_id)
-    base_sha = base_skills_sha(base_dir)
+    base_sha = {tt: base_view_sha(base_dir, tt, skill_mode) for tt in gates}
     cached = _use_cache(gates, baseline_cache, base_sha, prompts_version)
     with materialised_candidates(candidates, base_dir, root) as cand_dirs:
         rnd = _GateRound(gates, slots, evaluate, base_dir, cand_dirs, InfraGuard(gate_guard_err),
@@ -583,7 +594,7 @@ def settle_probation(probation:Probation, # the probation to settle
     "'confirm', 'revert' or 'keep' on the pooled counts of the same e-process."
     _check_extra(extra_w, extra_l); _check_slot_count(max_rounds, 'max_rounds')
     w, l = probation.w + extra_w, probation.l + extra_l
-    if log_e_value_plus(w, l, params.prior_a, params.prior_b) >= -math.log(params.alpha): return 'confirm'
+    if log_e_value_plus(w, l, params.prior_a, params.prior_b) >= confirm_log_threshold(params): return 'confirm'
     if log_e_value_minus(w, l, params.prior_a, params.prior_b) >= -math.log(params.alpha_dir): return 'revert'
     return 'revert' if probation.rounds + 1 >= max_rounds else 'keep'
 
