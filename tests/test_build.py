@@ -1,4 +1,6 @@
-"The video → tree builder on synthetic clips it writes itself: cuts, nested spans, subtitles on the right nodes, frames, trees the agent can answer over, bad input, and a SIGKILL mid-build that resumes to byte-identical trees without billing a call twice."
+"""The video → tree builder on synthetic clips it writes itself: cuts, nested spans, subtitles on the right
+nodes, frames, trees the agent can answer over, bad input, and a SIGKILL mid-build that resumes to byte-identical
+trees without billing a call twice."""
 import asyncio, json, os, re, signal, sqlite3, subprocess, sys, textwrap, time
 from pathlib import Path
 
@@ -7,15 +9,16 @@ import pytest
 from PIL import Image
 
 from treetrm.agent import run_agent
-from treetrm.build import (BuildParams, Shot, SimVision, build_tree, build_trees, make_synthetic_videos, parse_subtitles,
-                           read_barcode, synthetic_shots, write_synthetic_video)
+from treetrm.build import (BuildParams, build_tree, build_trees, make_synthetic_videos, parse_subtitles, read_barcode,
+                           synthetic_shots)
 from treetrm.core import DataError, project_root
 from treetrm.data import frame_path, load_questions, load_tree
 from treetrm.llm import LLMResponse
 
 ROOT = project_root()
 SECONDS, SHOTS = 6.0, 3  # each synthetic clip: 3 shots of 6 s, so cuts at 6 s and 12 s
-PARAMS = BuildParams(l1_min_s=10, l1_max_s=60, l2_min_s=2, l2_max_s=10, l3_step_s=1.0, event_frames=4, frames_per_call=4)
+PARAMS = BuildParams(l1_min_s=10, l1_max_s=60, l2_min_s=2, l2_max_s=10, l3_step_s=1.0, event_frames=4,
+                     frames_per_call=4)
 
 
 @pytest.fixture(scope='module')
@@ -41,7 +44,8 @@ def test_cuts_spans_subtitles_and_frames(synth, built):
     out, report = built
     assert report['cuts'].to_list() == [SHOTS - 1] * 2  # one cut between consecutive shots
     for v in ('synth00', 'synth01'):
-        tree, shots = load_tree(out/v), synthetic_shots(int(v[-1]), SHOTS, SECONDS)  # load_tree checks nesting, levels, cycles
+        tree = load_tree(out/v)  # checks that spans nest, levels descend, there is no cycle
+        shots = synthetic_shots(int(v[-1]), SHOTS, SECONDS)
         # the cuts at 6 s and 12 s are 6 s apart (>= l2_min_s 2, < l2_max_s 10): one event per shot, bounds on the cuts
         assert [n.time_range for n in tree.level(2)] == [(k * SECONDS, (k + 1) * SECONDS) for k in range(SHOTS)]
         # cuts 6 s apart are shorter than l1_min_s 10: a single scene over the whole clip
@@ -78,18 +82,21 @@ def test_agent_answers_over_built_trees(synth, built):
     out, _ = built
     questions = load_questions(synth/'questions.jsonl')
     assert len(questions) == 2 * SHOTS
-    results = [run(run_agent(q, load_tree(out/q.video_id), Reader(), skills={}, mode='none', max_steps=4)) for q in questions]
+    results = [run(run_agent(q, load_tree(out/q.video_id), Reader(), skills={}, mode='none', max_steps=4))
+               for q in questions]
     assert [r.stop_reason for r in results] == ['finished'] * len(questions)
     assert [r.prediction for r in results] == [q.answer for q in questions]  # 4 options: chance would be 1/4 each
 
 
 def test_bad_input_fails_before_anything_is_written(synth, tmp_path):
     out = tmp_path/'trees'
-    with pytest.raises(DataError, match='missing.mp4'): run(build_trees([synth/'synth00.mp4', tmp_path/'missing.mp4'], out))
+    with pytest.raises(DataError, match='missing.mp4'):
+        run(build_trees([synth/'synth00.mp4', tmp_path/'missing.mp4'], out))
     (tmp_path/'junk.mp4').write_bytes(b'not a video at all')
     with pytest.raises(DataError, match='cannot decode.*junk.mp4'): run(build_trees([tmp_path/'junk.mp4'], out))
     (tmp_path/'bad.srt').write_text('1\n00:00:01,000 --> soon\nhello\n')
-    with pytest.raises(DataError, match=r'bad cue timing.*bad\.srt, line=2'): run(build_tree(synth/'synth00.mp4', out, tmp_path/'bad.srt'))
+    with pytest.raises(DataError, match=r'bad cue timing.*bad\.srt, line=2'):
+        run(build_tree(synth/'synth00.mp4', out, tmp_path/'bad.srt'))
     assert not out.exists()
 
 
@@ -97,12 +104,14 @@ KILLED_BUILD = textwrap.dedent('''
     import asyncio, sys
     from treetrm.build import BuildParams, SimVision, build_trees
     params = BuildParams(**{params})
-    asyncio.run(build_trees(sys.argv[1], sys.argv[2], concurrency=1, params=params, vision=SimVision(latency_s=0.05), progress=False))
+    slow = SimVision(latency_s=0.05)
+    asyncio.run(build_trees(sys.argv[1], sys.argv[2], concurrency=1, params=params, vision=slow, progress=False))
 ''')
 
 
 def billed(ledger: Path) -> list[str]:
-    with sqlite3.connect(ledger) as db: return [k for (k,) in db.execute("SELECT request_key FROM calls WHERE status='ok'")]
+    with sqlite3.connect(ledger) as db:
+        return [k for (k,) in db.execute("SELECT request_key FROM calls WHERE status='ok'")]
 
 
 def test_sigkill_mid_build_resumes_to_identical_trees(synth, built, tmp_path):
@@ -130,8 +139,10 @@ def test_sigkill_mid_build_resumes_to_identical_trees(synth, built, tmp_path):
 
 def test_stage_notebook_builds_trees(synth, tmp_path):
     nb, out = ROOT/'nbs'/'build.ipynb', tmp_path/'out.ipynb'
-    params = dict(videos=str(synth), questions=str(synth/'questions.jsonl'), subtitles=None, trees_dir=str(tmp_path/'trees'),
+    params = dict(videos=str(synth), questions=str(synth/'questions.jsonl'), subtitles=None,
+                  trees_dir=str(tmp_path/'trees'),
                   backend='sim', concurrency=2, bounds={'l1_min_s': 10, 'l1_max_s': 60, 'l2_min_s': 2, 'l2_max_s': 10})
-    pm.execute_notebook(str(nb), str(out), parameters=params, kernel_name='python3', cwd=str(ROOT/'nbs'), progress_bar=False)
+    pm.execute_notebook(str(nb), str(out), parameters=params, kernel_name='python3', cwd=str(ROOT/'nbs'),
+                        progress_bar=False)
     assert sorted(p.parent.name for p in (tmp_path/'trees').glob('*/tree.json')) == ['synth00', 'synth01']
     assert len(load_tree(tmp_path/'trees'/'synth01').level(2)) == SHOTS
