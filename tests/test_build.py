@@ -13,7 +13,8 @@ from treetrm.build import (BuildParams, build_tree, build_trees, make_synthetic_
                            synthetic_shots)
 from treetrm.core import DataError, project_root
 from treetrm.data import frame_path, load_questions, load_tree
-from treetrm.llm import LLMResponse
+from treetrm.llm import LLMResponse, OpenAIProvider, RoleConfig
+from treetrm.sim import Faults, serve
 
 ROOT = project_root()
 SECONDS, SHOTS = 6.0, 3  # each synthetic clip: 3 shots of 6 s, so cuts at 6 s and 12 s
@@ -146,3 +147,22 @@ def test_stage_notebook_builds_trees(synth, tmp_path):
                         progress_bar=False)
     assert sorted(p.parent.name for p in (tmp_path/'trees').glob('*/tree.json')) == ['synth00', 'synth01']
     assert len(load_tree(tmp_path/'trees'/'synth01').level(2)) == SHOTS
+
+
+CANARY = 'sk-canary-build-0123456789'
+
+
+def test_openai_backend_over_http_builds_the_same_trees(synth, built, tmp_path):
+    "The real provider path (HTTP, data URLs, reply schema, retries) against the sim server's sim-vision model."
+    ref, _ = built
+    out = tmp_path/'trees'
+    with serve(faults=Faults(rate_429=0.2, retry_after_s=0.01, seed=3)) as srv:
+        config = RoleConfig('sim-vision', srv.base_url, api_key=CANARY, role='vision', backoff_base_s=0.01,
+                            max_retries=8)
+        vision = OpenAIProvider(config)
+        report = run(build_trees(synth, out, concurrency=2, params=PARAMS, vision=vision, progress=False))
+        assert srv.stats['429'] > 0  # the faults were met, and retried
+    assert report['errors'].to_list() == [0, 0]
+    for v in ('synth00', 'synth01'):
+        assert files_under(out/v) == files_under(ref/v)  # same model name, same requests: the same trees
+    assert not any(CANARY.encode() in p.read_bytes() for p in out.rglob('*') if p.is_file())
