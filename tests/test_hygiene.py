@@ -5,7 +5,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT/'nbs'
-STAGE = {'split.ipynb', 'train.ipynb', 'eval.ipynb'}
+STAGE = {'split.ipynb', 'train.ipynb', 'eval.ipynb', 'build.ipynb'}
 
 def cells(nb_path): return json.loads(nb_path.read_text())['cells']
 def all_notebooks(): return sorted(p for p in NBS.rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)
