@@ -95,3 +95,51 @@ def test_min_effect_futility_cuts_null_cost():
     on_probs, on_stop = gate_outcome_distribution(240, 0.2, 0.5, GateParams(min_effect_q=0.65))
     assert abs(off - 212) < 2 and abs(distribution_summary(on_stop)['mean_units'] - 138) < 3
     assert on_probs['accept_confirmed'] <= ALPHA
+
+# --- the cap-calibrated threshold (issue: known-cap thresholds) -----------------------------------------------------
+from treetrm.gate import calibrated_threshold, round_cap, min_effect_q_for
+
+CAPS = [60, 120, 240, 480, 900]   # 60 and 300 validation units with the gate's pass, and with two fresh probation rounds
+
+@pytest.mark.parametrize('cap', CAPS)
+def test_calibrated_null_false_confirm_within_alpha(cap):
+    "The whole gate (every exit, min_n, provisional, futility at the pool's q1) on null ladders, confirming at the threshold calibrated to the cap."
+    rng = np.random.default_rng(cap)
+    n = N if cap <= 240 else N // 4   # long ladders cost more; the bound widens with fewer runs
+    bound = ALPHA + 3*math.sqrt(ALPHA*(1 - ALPHA)/n)
+    p = GateParams(evidence_cap=cap)
+    p = GateParams(evidence_cap=cap, min_effect_q=min_effect_q_for(p, cap, 0.3))
+    for d in (1.0, 0.3):   # every unit discordant (the worst case the threshold is calibrated for), and a realistic rate
+        r, _ = rates(simulate_ladders(n, cap, d, 0.5, rng), p)
+        assert r['accept_confirmed'] <= bound, (cap, d, r)
+    assert calibrated_threshold(cap) < 20
+
+def test_calibrated_threshold_is_exact_at_the_worst_case():
+    "With every unit discordant and q = 1/2, crossings of the calibrated threshold happen at a rate within 3 SE of the DP's."
+    cap, rng = 240, np.random.default_rng(5)
+    c = calibrated_threshold(cap)
+    exact = ville_crossing_probability(cap, threshold=c)
+    D = simulate_ladders(N, cap, 1.0, 0.5, rng)
+    table = log_e_value_plus(np.arange(cap + 1)[:, None], np.arange(cap + 1)[None, :])
+    cw, cl = np.cumsum(D == 1, axis=1), np.cumsum(D == -1, axis=1)
+    rate = (table[cw, cl] >= math.log(c) - 1e-12).any(axis=1).mean()
+    assert exact <= ALPHA and abs(rate - exact) <= 3*math.sqrt(exact*(1 - exact)/N), (rate, exact)
+
+@pytest.mark.parametrize('n_units,rounds', [(60, 2), (60, 6), (300, 2)])
+def test_repeated_draw_null_within_alpha(n_units, rounds):
+    "The fresh-evidence design: the gate's pass, then `rounds` fresh passes of both arms over the same units (each unit"
+    " its own chance of a right answer, equal for both arms), the pooled E+ watched after every pair against the"
+    " threshold calibrated to the whole evidence cap."
+    n_sims = 4000
+    rng = np.random.default_rng(n_units + rounds)
+    cap = round_cap(n_units*(1 + rounds))
+    log_c = math.log(calibrated_threshold(cap))
+    p = rng.beta(0.6, 0.6, size=(n_sims, n_units))   # mostly near 0 or 1, some in between: heterogeneous units
+    hit, w, l = np.zeros(n_sims, bool), np.zeros(n_sims, np.int64), np.zeros(n_sims, np.int64)
+    table = log_e_value_plus(np.arange(cap + 1)[:, None], np.arange(cap + 1)[None, :])
+    for _ in range(1 + rounds):
+        a, b = rng.random((n_sims, n_units)) < p, rng.random((n_sims, n_units)) < p
+        for j in range(n_units):
+            w += ~a[:, j] & b[:, j]; l += a[:, j] & ~b[:, j]
+            hit |= table[w, l] >= log_c - 1e-12
+    assert hit.mean() <= ALPHA + 3*math.sqrt(ALPHA*(1 - ALPHA)/n_sims), hit.mean()

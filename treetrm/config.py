@@ -24,7 +24,7 @@ __all__ = ['ACCEPTANCE_RULES', 'DELIVER', 'PROBATION_EVIDENCE', 'TRAIN_CHECKS', 
 # %% ../nbs/16a_config.ipynb #a2738424
 ACCEPTANCE_RULES = ('gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'gepa_pool')
 DELIVER = ('best', 'current')
-PROBATION_EVIDENCE = ('snapshot', 'fresh')
+PROBATION_EVIDENCE = ('auto', 'fresh', 'snapshot')
 
 def _whole(low:int) -> Callable: return lambda v: not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= low
 def _share(high_open:bool=False) -> Callable:
@@ -42,7 +42,7 @@ TRAIN_CHECKS = (  # key, holds when, what is allowed
     ('p_low', _share(), 'a number in [0, 1]'),
     ('p_high', _share(), 'a number in [0, 1]'),
     ('min_ladder_units', _whole(1), 'a whole number ≥ 1'),
-    ('probation_share', _share(high_open=True), 'a number in [0, 1)'),
+    ('probation_share', _optional(_share(high_open=True)), 'a number in [0, 1) or None'),
     ('ladder_cap', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
     ('max_steps', _whole(1), 'a whole number ≥ 1'),
     ('infra_guard', _share(), 'a number in [0, 1]'),
@@ -56,13 +56,14 @@ TRAIN_CHECKS = (  # key, holds when, what is allowed
     ('futility', _flag, 'True or False'),
     ('calibrate', _flag, 'True or False'),
     ('reuse_base', _flag, 'True or False'),
+    ('temperature', lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real) and 0 <= v <= 2, 'a number in [0, 2]'),
     ('batch', lambda v: isinstance(v, BatchParams), 'BatchParams (or a dict of its fields)'),
     ('gate', lambda v: isinstance(v, GateParams), 'GateParams (or a dict of its fields)'))
 
 TRAIN_RELATIONS = (  # key, holds when, what is required
     ('p_low', lambda c: c.p_low < c.p_high, 'p_low must be below p_high (warm ladders keep units with p_low ≤ p̂ ≤ p_high)'),
     ('ladder_cap', lambda c: c.ladder_cap is None or c.ladder_cap >= c.gate.min_n, 'ladder_cap must be at least gate.min_n (no gate exit comes before min_n units)'),
-    ('probation_share', lambda c: c.probation_evidence != 'snapshot' or c.probation_share > 0,
+    ('probation_share', lambda c: c.probation_evidence != 'snapshot' or c.probation_share != 0,
      'snapshot probations settle on held-out units: probation_share must be above 0 (or use probation_evidence=fresh)'))
 
 def check_table(obj, checks, relations=(), section:str='') -> None:
@@ -87,7 +88,7 @@ class TrainConfig:
     p_low: float = 0.02 # warm ladders drop units with p̂ below this
     p_high: float = 0.98 # ... and above this
     min_ladder_units: int = 60 # task types with fewer validation units are not gated
-    probation_share: float = 0.0 # share of each gated type's validation units held out of the gate, for snapshot probations
+    probation_share: float|None = None # share of each gated type's validation units held out of the gate for snapshot probations (None: 1/3 with snapshot, 0 with fresh)
     ladder_cap: int|None = None # the gate consumes at most this many units (None: the whole ladder)
     max_steps: int = 15 # agent tool budget per question
     infra_guard: float = 0.2 # a rollout with a larger INFRA share stops the run
@@ -97,10 +98,11 @@ class TrainConfig:
     prompt_edit: bool = False # at each epoch end, one system-prompt edit kept only if its validation run R2 is not worse than R
     max_calls: int|None = None # hard budget: training's model calls of every role; the call past it is never made, training stops mid-step
     deliver: str = 'best' # what training delivers: 'best' (highest validation accuracy at an epoch end) or 'current' (the rule's last state)
-    probation_evidence: str = 'fresh' # a probation's evidence at each epoch end: 'fresh' (a fresh anchor draw vs R on all the type's units) or 'snapshot' (held-out units, pre-edit answers vs R)
+    probation_evidence: str = 'auto' # a probation's evidence at each epoch end: 'fresh' (a fresh anchor draw vs R on all the type's units; needs an agent that samples), 'snapshot' (held-out units, pre-edit answers vs R), or 'auto' (fresh when the agent samples)
     futility: bool = True # stop an edit below the smallest effect the pool can confirm (unless gate.min_effect_q is set)
     calibrate: bool = True # confirm at the exact threshold for the type's evidence cap instead of 1/alpha
     reuse_base: bool = True # base-arm outcomes keyed by what the agent reads, paid once a run (False: once per skills/prompts version)
+    temperature: float = 0.0 # the agent's sampling temperature in the run's own inference (rollouts, gates, R, final test)
 
     def __post_init__(self): check_table(self, TRAIN_CHECKS, TRAIN_RELATIONS)
 

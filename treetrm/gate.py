@@ -12,14 +12,16 @@ from scipy import special, stats
 from .core import ConfigError, DataError, where
 
 # %% auto #0
-__all__ = ['DECISIONS', 'DECISION_RANK', 'RULE_DECISIONS', 'REFERENCE', 'GateInputError', 'GateParams', 'log_betainc',
-           'log_e_value_plus', 'log_e_value_minus', 'e_value_plus', 'e_value_minus', 'mcnemar_exact_one_sided',
-           'log_e_value_futility', 'calibrated_threshold', 'round_cap', 'confirm_log_threshold', 'detectable_q',
-           'min_effect_q_for', 'GateVerdict', 'shrunk_delta', 'gate_decision', 'PairBlock', 'pair_block', 'Quadrants',
-           'classify_quadrants', 'q_for_gain', 'simulate_ladders', 'GateTables', 'gate_tables', 'gate_paths',
-           'run_rules', 'summarise_rules', 'gate_outcome_distribution', 'distribution_summary',
-           'ville_crossing_probability', 'fixed_n_power', 'fixed_n_power_n', 'GateBenchmark', 'gate_benchmark',
-           'benchmark_table', 'benchmark_report', 'plot_stopping_times', 'plot_power_curves']
+__all__ = ['DECISIONS', 'DECISION_RANK', 'RULE_DECISIONS', 'PROBATION_ACTIONS', 'REFERENCE', 'GateInputError', 'GateParams',
+           'log_betainc', 'log_e_value_plus', 'log_e_value_minus', 'e_value_plus', 'e_value_minus',
+           'mcnemar_exact_one_sided', 'log_e_value_futility', 'calibrated_threshold', 'round_cap',
+           'confirm_log_threshold', 'detectable_q', 'min_effect_q_for', 'GateVerdict', 'shrunk_delta', 'gate_decision',
+           'PairBlock', 'pair_block', 'Quadrants', 'classify_quadrants', 'flip_counts', 'more_wins', 'not_fewer_wins',
+           'margin_accepts', 'posterior_better', 'bayes_accepts', 'mcnemar_accepts', 'probation_decision', 'q_for_gain',
+           'simulate_ladders', 'GateTables', 'gate_tables', 'gate_paths', 'run_rules', 'summarise_rules',
+           'gate_outcome_distribution', 'distribution_summary', 'ville_crossing_probability', 'fixed_n_power',
+           'fixed_n_power_n', 'GateBenchmark', 'gate_benchmark', 'benchmark_table', 'benchmark_report',
+           'plot_stopping_times', 'plot_power_curves']
 
 # %% ../nbs/11_gate.ipynb #6445d60d
 class GateInputError(DataError, ValueError):
@@ -371,6 +373,48 @@ def classify_quadrants(base:dict, # unit_id -> baseline arm correct
         groups[(bool(b), bool(cand[unit]))].append(unit)
     return Quadrants(*groups.values())
 
+# %% ../nbs/11_gate.ipynb #798fb329
+def flip_counts(pairs) -> tuple[int, int]:
+    "W and L of (base_correct, cand_correct) pairs."
+    pairs = list(pairs)
+    return sum((not b) and c for b, c in pairs), sum(b and not c for b, c in pairs)
+
+def more_wins(w, l):
+    "Greedy's and GEPA's rule on paired units: the candidate is right more often than the base (W > L)."
+    return np.asarray(w) > np.asarray(l)
+
+def not_fewer_wins(w, l):
+    "GEPA's validation veto passes: the candidate is right at least as often as the base (W >= L)."
+    return np.asarray(w) >= np.asarray(l)
+
+def margin_accepts(w, l):
+    "Greedy with a margin: W - L exceeds one standard error of it, sqrt(W + L)."
+    w, l = np.asarray(w), np.asarray(l)
+    return (w - l) > np.sqrt(w + l)
+
+def posterior_better(w, l):
+    "P(q > 1/2 | W, L) for q = P(candidate wins | discordant), under a uniform prior: Beta(W + 1, L + 1)."
+    return stats.beta.sf(0.5, np.asarray(w) + 1, np.asarray(l) + 1)[()]
+
+def bayes_accepts(w, l, threshold:float=0.9):
+    "Bayesian full validation: P(the candidate is better | W, L) >= threshold."
+    return np.asarray(posterior_better(w, l)) >= threshold
+
+def mcnemar_accepts(w, l, alpha:float=0.05):
+    "The exact one-sided McNemar test rejects 'no better' at level alpha."
+    return np.asarray(mcnemar_exact_one_sided(w, l)) <= alpha
+
+PROBATION_ACTIONS = ('confirm', 'revert', 'keep')
+
+def probation_decision(w:int, l:int, # pooled counts of the gate and the settled rounds
+                       rounds_done:int, # settlements before this one
+                       max_rounds:int, # settlements allowed (the evidence cap)
+                       params:GateParams=GateParams()) -> str:
+    "'confirm', 'revert' or 'keep': a probation's settlement on the pooled counts of the gate's e-process."
+    if log_e_value_plus(w, l, params.prior_a, params.prior_b) >= confirm_log_threshold(params): return 'confirm'
+    if log_e_value_minus(w, l, params.prior_a, params.prior_b) >= -math.log(params.alpha_dir): return 'revert'
+    return 'revert' if rounds_done + 1 >= max_rounds else 'keep'
+
 # %% ../nbs/11_gate.ipynb #602a9972
 def q_for_gain(gain:float, # true accuracy change Δ (e.g. 0.10 for +10 points)
                discordance:float # probability that a unit's outcome differs between the arms
@@ -449,12 +493,12 @@ def run_rules(outcomes:np.ndarray, # simulated D, shape (n_ladders, cap)
     n_ladders, cap = outcomes.shape
     rule, units = gate_paths(outcomes, params)
     cw, cl = np.cumsum(outcomes == 1, axis=1, dtype=np.int32), np.cumsum(outcomes == -1, axis=1, dtype=np.int32)
-    significant = mcnemar_exact_one_sided(np.arange(cap + 1)[:, None], np.arange(cap + 1)[None, :]) <= alpha
+    significant = mcnemar_accepts(np.arange(cap + 1)[:, None], np.arange(cap + 1)[None, :], alpha)
     peek_accept, peek_units = _first_true(significant[cw, cl])
     return pl.DataFrame({'gate_decision': np.array(RULE_DECISIONS)[rule], 'gate_units': units,
                          'fixed_accept': significant[cw[:, -1], cl[:, -1]], 'fixed_units': np.full(n_ladders, cap),
                          'peek_accept': peek_accept, 'peek_units': peek_units,
-                         'gepa_accept': outcomes[:, :gepa_units].sum(axis=1) > 0,
+                         'gepa_accept': more_wins((outcomes[:, :gepa_units] == 1).sum(axis=1), (outcomes[:, :gepa_units] == -1).sum(axis=1)),
                          'gepa_units': np.full(n_ladders, min(gepa_units, cap))})
 
 # %% ../nbs/11_gate.ipynb #9105035b

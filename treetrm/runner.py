@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace, asdict
 from pathlib import Path
 from typing import Callable, Mapping
 import polars as pl
-from scipy.stats import beta as beta_dist
 from fastcore.basics import patch
 from .core import (ConfigError, sweep_temp_files, DataError, InfraError, where, atomic_write_json, atomic_write_bytes, atomic_write_text, canonical_json, read_json, sha256_bytes, sha256_file,
                           sha256_text, stable_seed, check_count, CallBudget, BudgetError)
@@ -25,7 +24,8 @@ from .diagnose import diagnose as diagnose_run, case_packs
 from .split import run_split, load_split, has_pools, pools_dir, make_providers, load_split_config, Split
 from .batching import BatchParams, build_batches
 from .config import ACCEPTANCE_RULES, DELIVER, DEFAULT_SPLIT, TrainConfig, train_config, Config, load_config, config_frame, runner_config
-from .gate import GateParams, mcnemar_exact_one_sided, e_value_plus, min_effect_q_for, round_cap
+from .gate import (GateParams, e_value_plus, min_effect_q_for, round_cap, flip_counts, more_wins, not_fewer_wins,
+                         margin_accepts, bayes_accepts, mcnemar_accepts)
 from .ladder import GATE_RUN_MARK, BaselineCache, Ladder, hash_order, build_ladders, freeze_gate_pools, load_gate_pools, phat_from_log, ladder_units
 from .validate import (validate_skills_concurrent, open_probation, settle_probation, continue_probation,
                               unit_outcome_from_predictions, gate_run_id, materialised_candidates, candidates_root, UnitOutcome,
@@ -41,10 +41,10 @@ __all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'TRAIN_ROLES', 'BASELINE_RUN', 'ACCEPTA
            'call_budget', 'current_run_id', 'request_key', 'CallRecorder', 'RecordedProvider',
            'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early', 'probation_pairs',
            'rule_kinds', 'GateRequest', 'Acceptance', 'base_arm_run_id', 'agent_prompts_key', 'base_view_key',
-           'rollout_run_id', 'Runner', 'gate_rule', 'greedy_rule', 'margin_ok', 'posterior_better',
-           'greedy_margin_rule', 'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule',
-           'gepa_veto_rule', 'split_reserve', 'cap_ladder', 'evidence_cap', 'discordance_estimate', 'gate_history',
-           'type_gate_params', 'role_usage', 'forecast_usage', 'dual_metric_rows', 'holdout_rows',
+           'rollout_run_id', 'Runner', 'gate_rule', 'full_validation_rule', 'greedy_rule', 'greedy_margin_rule',
+           'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule', 'gepa_veto_rule',
+           'agent_samples', 'probation_design', 'split_reserve', 'cap_ladder', 'evidence_cap', 'discordance_estimate',
+           'gate_history', 'type_gate_params', 'role_usage', 'forecast_usage', 'dual_metric_rows', 'holdout_rows',
            'confirmed_rule_counts', 'decision_tally', 'delivered_version', 'TrainResult', 'skills_diff']
 
 # %% ../nbs/17_runner.ipynb #ed286037
@@ -187,6 +187,7 @@ class GateRequest:
     batch: tuple = () # the step's batch questions
     rollout: dict = field(default_factory=dict) # question_id -> correct of the rollout (base skills on the batch)
     reuse_base: bool = True # base arms keyed by what the agent reads (False: by version names, no BaselineCache)
+    temperature: float = 0.0 # the agent's sampling temperature in both arms
 
 @dataclass(frozen=True)
 class Acceptance:
@@ -282,7 +283,9 @@ def resolve_version(self:Runner, version:str) -> str:
 @patch
 async def _infer(self:Runner, questions, run_id:str, skills_version:str|None=None, *, kind:str='infer', skills_dir=None,
                  prompts_version:str|None=None, progress:bool|None=None, summarise:bool=True,
-                 by_content:bool=False) -> InferenceResult|None: # by_content: the run id names what the agent reads, so no version is recorded
+                 by_content:bool=False, # the run id names what the agent reads: no version is recorded
+                 temperature:float=0.0 # the agent's sampling temperature
+                ) -> InferenceResult|None:
     "Run the agent on `questions` under `run_id` (resumable), filing its model calls under the run."
     token = CURRENT_RUN.set(run_id)
     try:
@@ -291,7 +294,7 @@ async def _infer(self:Runner, questions, run_id:str, skills_version:str|None=Non
                                    skills_dir=skills_dir or self.skills.path(skills_version), concurrency=self.concurrency, max_steps=self.config.max_steps, mode=self.skill_mode,
                                    seed=self.seed, kind=kind, skills_version=None if by_content else skills_version, prompts_version=None if by_content else pv, vision=self.providers.get('vision'),
                                    progress=self.progress if progress is None else progress, prompts_dir=self.prompts.path(pv) if pv else None,
-                                   retry_errors=True, summarise=summarise)
+                                   retry_errors=True, summarise=summarise, temperature=temperature)
     finally: CURRENT_RUN.reset(token); self.recorder.flush()
 
 # %% ../nbs/17_runner.ipynb #c76c73f4
@@ -380,7 +383,8 @@ def baseline_cache(self:Runner, req:GateRequest):
     if not req.reuse_base:
         yield None
         return
-    scope = canonical_json(dict(model=getattr(self.providers['agent'], 'model', ''), max_steps=self.config.max_steps, mode=self.skill_mode))
+    scope = canonical_json(dict(model=getattr(self.providers['agent'], 'model', ''), max_steps=self.config.max_steps, mode=self.skill_mode,
+                                temperature=req.temperature))
     cache = BaselineCache(self.workspace/'cache'/f'baseline-{req.run_id}.sqlite', scope=sha256_text(scope))
     try: yield cache
     finally: cache.close()
@@ -397,6 +401,7 @@ def unit_evaluator(self:Runner, req:GateRequest):
         rows = self.log.prediction_outcomes(rid, ids)
         if sum(r['stop_reason'] != 'error' for r in rows) < len(ids):  # not answered before (a base arm is, once per content)
             await self._infer(unit.questions, rid, req.base_version if base else None, kind='gate', skills_dir=skills_dir, by_content=base and req.reuse_base,
+                              temperature=req.temperature,
                               prompts_version=req.prompts_version, progress=False, summarise=False)
             rows = self.log.prediction_outcomes(rid, ids)
         return unit_outcome_from_predictions(unit, rows)
@@ -429,47 +434,39 @@ async def _paired_runs(runner:Runner, req:GateRequest, units_of:dict, arm:str='c
         done = {t: [j.result() for tt, _, j in jobs if tt == t] for t in units_of}
     return {t: [(u, b, c) for u, (b, c) in zip(units_of[t], done[t]) if not (b.infra or c.infra)] for t in units_of}
 
-def _counts(triples) -> tuple[int, int, int, int, int]:
-    "W, L, n, base right, candidate right of paired outcomes."
-    b, c = [x[1].correct for x in triples], [x[2].correct for x in triples]
-    return sum((not i) and j for i, j in zip(b, c)), sum(i and not j for i, j in zip(b, c)), len(b), sum(b), sum(c)
+def _flips(triples) -> tuple[int, int, int]:
+    "W, L and n of (unit, base outcome, candidate outcome) triples."
+    return *flip_counts((b.correct, c.correct) for _, b, c in triples), len(triples)
 
 def _acceptance(t, decision, triples) -> Acceptance:
-    w, l, n, _, _ = _counts(triples)
+    w, l, n = _flips(triples)
     cand = {q: ok for _, _, c in triples for q, ok in c.detail.get('questions', {}).items()}
     return Acceptance(t, decision, w, l, n, float(e_value_plus(w, l)), cand, tuple(u.unit_id for u, _, _ in triples))
 
 def _ladders_of(req:GateRequest) -> dict:
     return {t: ladder_units(req.ladders[t], req.units) for t in req.candidates}
 
-async def greedy_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
-    "Accept when the candidate's accuracy over the whole ladder is higher than the base's."
+async def full_validation_rule(runner:Runner, req:GateRequest, accepts:Callable) -> dict[str, Acceptance]:
+    "Pair both arms on every ladder unit, then accept a type's edit when `accepts(W, L)` (a rule of `treetrm.gate`)."
     runs = await _paired_runs(runner, req, _ladders_of(req))
-    return {t: _acceptance(t, 'accept_confirmed' if _counts(tr)[4] > _counts(tr)[3] else 'reject_inertia', tr) for t, tr in runs.items()}
+    decide = lambda tr: 'accept_confirmed' if accepts(*_flips(tr)[:2]) else 'reject_inertia'
+    return {t: _acceptance(t, decide(tr), tr) for t, tr in runs.items()}
 
-def margin_ok(w:int, l:int) -> bool:
-    "Greedy with a margin: the paired difference W - L exceeds one standard error of it, sqrt(W + L)."
-    return w - l > math.sqrt(w + l)
-
-def posterior_better(w:int, l:int) -> float:
-    "P(q > 1/2 | W, L) for q = P(candidate wins | discordant), under a uniform prior: Beta(W + 1, L + 1)."
-    return float(beta_dist.sf(0.5, w + 1, l + 1))
+async def greedy_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
+    "Accept when the candidate's accuracy over the whole ladder is higher than the base's (W > L)."
+    return await full_validation_rule(runner, req, more_wins)
 
 async def greedy_margin_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
     "Greedy full validation with a margin: accept when W - L over the whole ladder exceeds sqrt(W + L)."
-    runs = await _paired_runs(runner, req, _ladders_of(req))
-    return {t: _acceptance(t, 'accept_confirmed' if margin_ok(*_counts(tr)[:2]) else 'reject_inertia', tr) for t, tr in runs.items()}
+    return await full_validation_rule(runner, req, margin_accepts)
 
 async def bayes_rule(runner:Runner, req:GateRequest, threshold:float=0.9) -> dict[str, Acceptance]:
     "Bayesian full validation: accept when P(the candidate is better | W, L over the whole ladder) >= `threshold`."
-    runs = await _paired_runs(runner, req, _ladders_of(req))
-    return {t: _acceptance(t, 'accept_confirmed' if posterior_better(*_counts(tr)[:2]) >= threshold else 'reject_inertia', tr) for t, tr in runs.items()}
+    return await full_validation_rule(runner, req, lambda w, l: bayes_accepts(w, l, threshold))
 
 async def fixed_n_rule(runner:Runner, req:GateRequest, alpha:float=0.05) -> dict[str, Acceptance]:
     "Accept when the exact one-sided McNemar test over the whole ladder gives p <= alpha."
-    runs = await _paired_runs(runner, req, _ladders_of(req))
-    ok = lambda tr: float(mcnemar_exact_one_sided(*_counts(tr)[:2])) <= alpha
-    return {t: _acceptance(t, 'accept_confirmed' if ok(tr) else 'reject_inertia', tr) for t, tr in runs.items()}
+    return await full_validation_rule(runner, req, lambda w, l: mcnemar_accepts(w, l, alpha))
 
 # %% ../nbs/17_runner.ipynb #6b05745a
 async def gepa_rule(runner:Runner, req:GateRequest, minibatch:int=3,
@@ -480,13 +477,13 @@ async def gepa_rule(runner:Runner, req:GateRequest, minibatch:int=3,
     rollout = runner.log.predictions(rollout_run_id(req.run_id, req.gate_id))
     from_rollout = lambda u: unit_outcome_from_predictions(u, rollout.filter(pl.col('question_id').is_in(list(u.question_ids))))
     runs = await _paired_runs(runner, req, mini, arm='mini', base_outcome=from_rollout)
-    better = lambda tr: sum(c.correct for _, _, c in tr) > sum(b.correct for _, b, _ in tr)
+    better = lambda tr: more_wins(*_flips(tr)[:2])
     passed = [t for t in req.candidates if better(runs[t])]
     out = {t: _acceptance(t, 'reject_minibatch', runs[t]) for t in req.candidates if t not in passed}
     if veto_lower is None: return dict(sorted((out | {t: _acceptance(t, 'accept_confirmed', runs[t]) for t in passed}).items()))
     if passed:
         full = await _paired_runs(runner, replace(req, candidates={t: req.candidates[t] for t in passed}), {t: _ladders_of(req)[t] for t in passed})
-        out |= {t: _acceptance(t, 'accept_confirmed' if not veto_lower or _counts(tr)[4] >= _counts(tr)[3] else 'reject_inertia', tr) for t, tr in full.items()}
+        out |= {t: _acceptance(t, 'accept_confirmed' if not veto_lower or not_fewer_wins(*_flips(tr)[:2]) else 'reject_inertia', tr) for t, tr in full.items()}
     return dict(sorted(out.items()))
 
 async def gepa_pool_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
@@ -519,6 +516,8 @@ class _TrainRun:
     world: dict|None # world.json of a sim world
     rule: Callable # the acceptance rule
     parts: dict # structural parts
+    evidence: str = 'fresh' # the probation evidence in force: 'fresh' or 'snapshot' (`probation_design`)
+    reserve_share: float = 0.0 # share of each type's units held out of the gate for snapshot probations
     show: bool = False # display reports inline
     on_event: Callable|None = None # on_event(name, info) after each side effect (progress, tests)
 
@@ -527,6 +526,10 @@ class _TrainRun:
     @property
     def figures(self) -> Path: return self.dir/'figures'
     def pools_file(self, epoch:int) -> Path: return self.dir/f'gate_pools_e{epoch}.json'
+    def evidence_cap(self, task_type:str) -> int:
+        "Most units the type's e-process can pair in this run."
+        rounds = self.config.probation_rounds if self.evidence == 'fresh' else 0
+        return evidence_cap(sum(u.task_type == task_type for u in self.val_units), rounds)
     def event(self, name:str, **info):
         if self.on_event: self.on_event(name, info)
 
@@ -537,6 +540,23 @@ def _attempt_id(runs_dir:Path, run_id:str, fresh:bool) -> str:
     if fresh and d.exists(): d.rename(runs_dir/f'{run_id}.archived-{len(archived()) + 1}')
     n = len(archived()) + 1
     return run_id if n == 1 else f'{run_id}~{n}'
+
+# %% ../nbs/17_runner.ipynb #d290e888
+def agent_samples(backend:str, temperature:float) -> bool:
+    "Whether two runs of the agent are independent draws: the sim backend's agent, or a temperature above 0."
+    return backend == 'sim' or temperature > 0
+
+def probation_design(config:TrainConfig, # the run's settings
+                     backend:str # the runner's backend
+                    ) -> tuple[str, float]:
+    "(probation evidence in force, share of each type's units held out of the gate)."
+    samples = agent_samples(backend, config.temperature)
+    if config.probation_evidence == 'fresh' and not samples:
+        raise ConfigError(where(f'probation_evidence=fresh needs an agent that samples, but the {backend} agent runs at temperature {config.temperature}',
+                                'Set train.temperature above 0, or use probation_evidence=auto or snapshot', field='probation_evidence'))
+    evidence = 'fresh' if config.probation_evidence == 'fresh' or (config.probation_evidence == 'auto' and samples) else 'snapshot'
+    share = config.probation_share if config.probation_share is not None else (0.0 if evidence == 'fresh' else 1/3)
+    return evidence, share
 
 # %% ../nbs/17_runner.ipynb #b7523051
 @patch
@@ -551,8 +571,9 @@ def _train_run(self:Runner, run_id:str, cfg:TrainConfig, start:str, fresh:bool, 
     parts = structural_parts(questions_sha=questions_fingerprint(self.questions_path, self.questions), pools_sha=sha256_file(pools_dir(self.workspace)/'pools.json'),
                              config=cfg.to_dict(), gate_params=asdict(cfg.gate), seed=self.seed, backend=self.backend, run_id=rid, start=start,
                              skill_mode=self.skill_mode)
+    evidence, share = probation_design(cfg, self.backend)
     return _TrainRun(run_id, rid, self.workspace/'runs'/run_id, cfg, start, diag, val, test, units,
-                     {t for t, n in sizes.items() if n >= cfg.min_ladder_units}, world, rule, parts, show, on_event)
+                     {t for t, n in sizes.items() if n >= cfg.min_ladder_units}, world, rule, parts, evidence, share, show, on_event)
 
 # %% ../nbs/17_runner.ipynb #2d6b18fd
 def _accuracy(correctness:Mapping[str,bool], questions) -> float:
@@ -565,7 +586,7 @@ async def _start_correctness(self:Runner, r:_TrainRun) -> tuple[dict, str]:
     qs = r.diag + r.val
     same = self.skills.read_files(r.start) == self.skills.read_files(self.resolve_version('seed'))
     run = BASELINE_RUN if same else f'{r.rid}_init'
-    if not same: await self._infer(qs, run, r.start, kind='init')
+    if not same: await self._infer(qs, run, r.start, kind='init', temperature=r.config.temperature)
     got = predictions_correctness(self.log, run)
     if missing := [q.question_id for q in qs if q.question_id not in got]:
         raise DataError(where(f'{len(missing)} pool questions have no prediction in run {run!r} (first: {missing[0]!r})', 'Run the split again in this workspace, or start fresh', run_id=run))
@@ -606,7 +627,7 @@ def _start_epoch(self:Runner, r:_TrainRun, s:TrainState, epoch:int) -> TrainStat
     "The state at the start of `epoch`: batch plan, frozen ladders, correctness snapshot."
     rng = rng_from_json(s.rng_state)
     batches = build_batches(r.diag, s.correctness, replace(r.config.batch, seed=rng.randrange(2**31)))
-    units, _ = split_reserve([u for u in r.val_units if u.task_type in r.gated], r.config.probation_share, stable_seed(self.seed, r.rid, 'reserve'))
+    units, _ = split_reserve([u for u in r.val_units if u.task_type in r.gated], r.reserve_share, stable_seed(self.seed, r.rid, 'reserve'))
     baseline = {u.unit_id: unit_correct(u, s.correctness) for u in units}
     ladders = build_ladders(units, s.phat if epoch > 1 else None, p_low=r.config.p_low, p_high=r.config.p_high,
                             baseline=baseline, seed=stable_seed(self.seed, r.rid, epoch)) if units else {}
@@ -617,12 +638,11 @@ def _start_epoch(self:Runner, r:_TrainRun, s:TrainState, epoch:int) -> TrainStat
                    rng_state=rng_to_json(rng), ladders_fingerprint=pools.fingerprint)
 
 # %% ../nbs/17_runner.ipynb #ca3e5a2a
-def evidence_cap(config:TrainConfig, # the run's settings
-                 n_units:int # the type's validation units
+def evidence_cap(n_units:int, # the type's validation units
+                 fresh_rounds:int=0 # probation rounds that draw all of them afresh (0 with snapshot evidence)
                 ) -> int:
-    "Most units a type's e-process can pair in a run: the gate's pass plus the probation rounds, rounded up to 20."
-    rounds = config.probation_rounds if config.probation_evidence == 'fresh' else 0
-    return round_cap(max(1, n_units) * (1 + rounds))
+    "Most units a type's e-process can pair in a run: the gate's pass plus the fresh probation rounds, rounded up to 20."
+    return round_cap(max(1, n_units) * (1 + fresh_rounds))
 
 MIN_HISTORY_UNITS = 100
 
@@ -641,11 +661,11 @@ def gate_history(decisions) -> list[tuple[int, int, int]]:
 
 def type_gate_params(config:TrainConfig, # the run's settings
                      ladder:Ladder, # the type's frozen ladder
-                     n_units:int, # the type's validation units
+                     cap:int, # `evidence_cap` of the type
                      history=() # (W, L, n_used) of the run's earlier gate decisions
                     ) -> GateParams:
     "One type's gate settings: the threshold calibrated to its evidence cap and its pool's minimum effect, as configured."
-    p, cap = config.gate, evidence_cap(config, n_units)
+    p = config.gate
     if config.calibrate: p = replace(p, evidence_cap=cap)
     if config.futility and p.min_effect_q is None: p = replace(p, min_effect_q=min_effect_q_for(p, cap, discordance_estimate(ladder, history)))
     return p
@@ -813,7 +833,8 @@ async def _step(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     gate_id = f'e{s.epoch}s{s.step + 1}'
     batch, roll = [self.by_id[q] for q in s.batches[s.step]], rollout_run_id(r.rid, gate_id)
     ids = [q.question_id for q in batch]
-    await self._infer(batch, roll, s.skills_current, kind='rollout', prompts_version=s.prompts_version, progress=False)
+    await self._infer(batch, roll, s.skills_current, kind='rollout', prompts_version=s.prompts_version, progress=False,
+                      temperature=r.config.temperature)
     preds = self.log.predictions(roll).filter(pl.col('question_id').is_in(ids))
     correctness = apply_batch_correctness(s.correctness, ids, preds, roll)
     guard_infra(preds, r.config.infra_guard, roll)
@@ -822,9 +843,10 @@ async def _step(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     proposals = await self._propose(r, s, batch, roll, gate_id, ladders)
     cands = {t: p.edit for t, p in proposals.items() if p.ok}
     history = gate_history(s.decisions)
-    params = {t: type_gate_params(r.config, ladders[t], sum(u.task_type == t for u in r.val_units), history) for t in cands}
+    params = {t: type_gate_params(r.config, ladders[t], r.evidence_cap(t), history) for t in cands}
     req = GateRequest(r.rid, gate_id, cands, s.skills_current, s.prompts_version, {t: ladders[t] for t in cands}, tuple(r.val_units),
-                      params, tuple(batch), {q: correctness[q] for q in ids}, r.config.reuse_base)
+                      params, tuple(batch), {q: correctness[q] for q in ids}, r.config.reuse_base,
+                      r.config.temperature)
     results = await r.rule(self, req) if cands else {}
     r.event('gate_done', gate_id=gate_id, decisions={t: a.decision for t, a in results.items()})
     s, rejected = replace(s, correctness=correctness), []
@@ -860,7 +882,8 @@ async def _anchor_correctness(self:Runner, r:_TrainRun, s:TrainState, pb) -> dic
     files = self.skills.read_files(s.skills_current) | {target: self.skills.read_files(pb.anchor_version)[target]}
     try:
         for name, text in files.items(): atomic_write_text(dest/name, text)
-        await self._infer(qs, rid, None, kind='probation', skills_dir=dest, prompts_version=s.prompts_version, progress=False, summarise=False)
+        await self._infer(qs, rid, None, kind='probation', skills_dir=dest, prompts_version=s.prompts_version, progress=False,
+                          summarise=False, temperature=r.config.temperature)
     finally: shutil.rmtree(dest.parent, ignore_errors=True)
     p = self.log.predictions(rid).filter(~pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)))
     return dict(zip(p['question_id'].to_list(), p['correct'].fill_null(False).to_list()))
@@ -869,9 +892,9 @@ async def _anchor_correctness(self:Runner, r:_TrainRun, s:TrainState, pb) -> dic
 async def _settle_probation(self:Runner, r:_TrainRun, s:TrainState, pb, r_correct:dict) -> TrainState:
     "Settle one probation on R; returns the state with it confirmed, kept or reverted."
     units = [u for u in r.val_units if u.task_type == pb.task_type]
-    if r.config.probation_evidence == 'fresh': w, l, ids = probation_pairs(units, await self._anchor_correctness(r, s, pb), r_correct)
+    if r.evidence == 'fresh': w, l, ids = probation_pairs(units, await self._anchor_correctness(r, s, pb), r_correct)
     else: w, l, ids = probation_pairs(units, pb.correctness_snapshot, r_correct, pb.consumed_units)
-    params = replace(r.config.gate, evidence_cap=evidence_cap(r.config, len(units))) if r.config.calibrate else r.config.gate
+    params = replace(r.config.gate, evidence_cap=r.evidence_cap(pb.task_type)) if r.config.calibrate else r.config.gate
     action = settle_probation(pb, w, l, params, r.config.probation_rounds)
     edit = pb.pending_edits[-1]
     d = _decision(s, f'e{s.epoch}', pb.task_type, 'probation', action, w=pb.w + w, l=pb.l + l, n_used=pb.n_used + len(ids),
@@ -928,7 +951,7 @@ async def _prompt_edit(self:Runner, r:_TrainRun, s:TrainState, r_acc:float) -> t
     R2 = f'{r.rid}_e{s.epoch}_R2'
     pv = self.prompts.find_identical(files | p.files) or self.prompts.create(p.files, parent=s.prompts_version, source='prompt_edit', trigger_run=R2)
     set_prompts(self.workspace, pv, r.rid, event='prompt_edit')
-    await self._infer(r.val, R2, s.skills_current, kind='validation', prompts_version=pv, progress=False)
+    await self._infer(r.val, R2, s.skills_current, kind='validation', prompts_version=pv, progress=False, temperature=r.config.temperature)
     got = predictions_correctness(self.log, R2)
     r2 = {q.question_id: bool(got.get(q.question_id, False)) for q in r.val}
     acc2 = _accuracy(r2, r.val)
@@ -954,7 +977,8 @@ def _budget_spent(self:Runner, r:_TrainRun) -> bool:
 async def _slow_update(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     "The epoch end: R, probation settlement, best pointer, momentum, p̂ refresh, next epoch or the end."
     R = f'{r.rid}_e{s.epoch}_R'
-    await self._infer(r.val, R, s.skills_current, kind='validation', prompts_version=s.prompts_version, progress=False)
+    await self._infer(r.val, R, s.skills_current, kind='validation', prompts_version=s.prompts_version, progress=False,
+                      temperature=r.config.temperature)
     got = predictions_correctness(self.log, R)
     if missing := [q.question_id for q in r.val if q.question_id not in got]: raise InfraError(where(f'{len(missing)} validation questions have no prediction', 'Resume the run', run_id=R))
     r_correct, prev = {q.question_id: bool(got[q.question_id]) for q in r.val}, s.validation_run
@@ -1025,7 +1049,8 @@ async def _final(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     redone = m.skills_current == v and m.history and (m.history[-1]['event'], m.history[-1]['run']) == (event, r.rid)
     if not redone: set_current(self.workspace, v, r.rid, event=event)  # a resume after a kill here records the delivery once
     final = f'{r.rid}_final_test'
-    await self._infer(r.test, final, v, kind='final_test', prompts_version=s.prompts_version, progress=False)
+    await self._infer(r.test, final, v, kind='final_test', prompts_version=s.prompts_version, progress=False,
+                      temperature=r.config.temperature)
     preds = self.log.predictions(final)
     self.log.insert_many({'dual_metric': dual_metric_rows(final, 'test', v, r.test, predictions_correctness(self.log, final)),
                           'holdout_eval': holdout_rows(preds, r.test, v)})

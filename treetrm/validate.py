@@ -16,15 +16,15 @@ from .core import ConfigError, DataError, InfraError, TreeTrmError, where, atomi
 from .data import QuestionUnit, unit_correct
 from .skills import DEFAULT_SKILL, Edit, apply_edit, parse_edit, skill_slug, load_skill_dir, route_skills
 from .agent import INFRA_STOP_REASONS
-from .gate import (GateParams, confirm_log_threshold, GateVerdict, gate_decision, mcnemar_exact_one_sided,
-                          log_e_value_plus, log_e_value_minus)
+from .gate import (GateParams, flip_counts, more_wins, mcnemar_accepts, probation_decision, PROBATION_ACTIONS,
+                          GateVerdict, gate_decision, mcnemar_exact_one_sided, log_e_value_plus, log_e_value_minus)
 from .ladder import GATE_RUN_MARK, GatePools, Ladder, ladder_units, skill_hash
 
 # %% auto #0
-__all__ = ['ARMS', 'Evaluate', 'CONSUME_MODES', 'SHADOW_RULES', 'QUADRANTS', 'PROBATION_ACTIONS', 'QuestionSlots', 'UnitOutcome',
-           'scripted_evaluator', 'candidates_root', 'materialise_candidate', 'materialised_candidates', 'TypeGate',
-           'ShadowDecision', 'gepa_shadow', 'fixed_n_shadow', 'peek_shadow', 'shadow_decisions', 'ValidationOutcome',
-           'gate_outcome', 'launch_order', 'InfraGuard', 'base_skills_sha', 'base_view_sha', 'gate_log_rows',
+__all__ = ['ARMS', 'Evaluate', 'CONSUME_MODES', 'SHADOW_RULES', 'QUADRANTS', 'QuestionSlots', 'UnitOutcome', 'scripted_evaluator',
+           'candidates_root', 'materialise_candidate', 'materialised_candidates', 'TypeGate', 'ShadowDecision',
+           'gepa_shadow', 'fixed_n_shadow', 'peek_shadow', 'shadow_decisions', 'ValidationOutcome', 'gate_outcome',
+           'launch_order', 'InfraGuard', 'base_skills_sha', 'base_view_sha', 'gate_log_rows',
            'validate_skills_concurrent', 'gate_summary', 'Probation', 'open_probation', 'settle_probation',
            'continue_probation', 'gate_run_id', 'unit_outcome_from_predictions', 'inference_evaluator']
 
@@ -246,10 +246,6 @@ class ShadowDecision:
     n_used: int # units the rule looked at
     detail: dict = field(default_factory=dict) # the numbers behind it
 
-def _flip_counts(pairs:list) -> tuple[int, int]:
-    "W and L of (base_correct, cand_correct) pairs."
-    return sum((not b) and c for b, c in pairs), sum(b and not c for b, c in pairs)
-
 def gepa_shadow(pairs:list, # (base_correct, cand_correct) of paired units, in consumption order
                 n_first:int=3 # units GEPA looks at
                ) -> ShadowDecision:
@@ -257,7 +253,7 @@ def gepa_shadow(pairs:list, # (base_correct, cand_correct) of paired units, in c
     head = pairs[:n_first]
     detail = dict(base_right=sum(b for b, _ in head), cand_right=sum(c for _, c in head), n_first=n_first)
     if len(head) < n_first: return ShadowDecision('gepa_first3', 'unavailable', len(head), detail)
-    return ShadowDecision('gepa_first3', 'accept' if detail['cand_right'] > detail['base_right'] else 'reject', n_first, detail)
+    return ShadowDecision('gepa_first3', 'accept' if more_wins(*flip_counts(head)) else 'reject', n_first, detail)
 
 # %% ../nbs/13_validate.ipynb #f7f7c039
 def fixed_n_shadow(pairs:list, # paired outcomes in consumption order
@@ -265,8 +261,9 @@ def fixed_n_shadow(pairs:list, # paired outcomes in consumption order
                    alpha:float=0.05 # one-sided level
                   ) -> ShadowDecision:
     "Exact one-sided McNemar at the ladder cap; `unavailable` when fewer than `cap` units were consumed."
-    w, l = _flip_counts(pairs); p = float(mcnemar_exact_one_sided(w, l))
-    verdict = 'accept' if p <= alpha else 'reject'
+    w, l = flip_counts(pairs)
+    p = float(mcnemar_exact_one_sided(w, l))
+    verdict = 'accept' if mcnemar_accepts(w, l, alpha) else 'reject'
     detail = dict(w=w, l=l, p=p, cap=cap, alpha=alpha)
     if len(pairs) < cap: return ShadowDecision('mcnemar_fixed_n', 'unavailable', len(pairs), detail | dict(prefix_decision=verdict))
     return ShadowDecision('mcnemar_fixed_n', verdict, len(pairs), detail)
@@ -279,7 +276,7 @@ def peek_shadow(pairs:list, # paired outcomes in consumption order
     d = np.array([(c and not b) - (b and not c) for b, c in pairs], dtype=int)
     w, l = np.cumsum(d == 1), np.cumsum(d == -1)
     p = mcnemar_exact_one_sided(w, l) if len(pairs) else np.array([])
-    if (hits := np.flatnonzero(p <= alpha)).size:
+    if (hits := np.flatnonzero(mcnemar_accepts(w, l, alpha))).size:
         n = int(hits[0]) + 1
         return ShadowDecision('mcnemar_peek', 'accept', n, dict(w=int(w[n-1]), l=int(l[n-1]), p=float(p[n-1]), alpha=alpha))
     detail = dict(w=int(w[-1]) if len(pairs) else 0, l=int(l[-1]) if len(pairs) else 0, min_p=float(p.min()) if len(pairs) else 1.0, cap=cap, alpha=alpha)
@@ -579,8 +576,6 @@ def open_probation(outcome:ValidationOutcome, # the gate's accept_provisional ou
                      outcome.n_used, 0, (edit,), tuple(outcome.paired))
 
 # %% ../nbs/13_validate.ipynb #608d5e03
-PROBATION_ACTIONS = ('confirm', 'revert', 'keep')
-
 def _check_extra(extra_w, extra_l):
     for name, v in dict(extra_w=extra_w, extra_l=extra_l).items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 0: raise DataError(where(f'{name} must be a whole number >= 0, got {v!r}', field=name))
@@ -593,10 +588,7 @@ def settle_probation(probation:Probation, # the probation to settle
                     ) -> str:
     "'confirm', 'revert' or 'keep' on the pooled counts of the same e-process."
     _check_extra(extra_w, extra_l); _check_slot_count(max_rounds, 'max_rounds')
-    w, l = probation.w + extra_w, probation.l + extra_l
-    if log_e_value_plus(w, l, params.prior_a, params.prior_b) >= confirm_log_threshold(params): return 'confirm'
-    if log_e_value_minus(w, l, params.prior_a, params.prior_b) >= -math.log(params.alpha_dir): return 'revert'
-    return 'revert' if probation.rounds + 1 >= max_rounds else 'keep'
+    return probation_decision(probation.w + extra_w, probation.l + extra_l, probation.rounds, max_rounds, params)
 
 def continue_probation(probation:Probation, extra_w:int, extra_l:int, extra_n:int, consumed:Iterable[str]=()) -> Probation:
     "The probation after a kept round: pooled counts, one more round, the newly paired units recorded."
