@@ -61,13 +61,24 @@ def db_state(db:Path) -> dict:
     finally: conn.close()
     return out
 
+def sqlite_rows(db:Path) -> dict:
+    "Every table's rows of a SQLite file (such as a run's baseline cache) without wall-clock columns, sorted."
+    conn = sqlite3.connect(db)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        cols = {t: [r[1] for r in conn.execute(f'PRAGMA table_info({t})') if r[1] not in VOLATILE] for t in tables}
+        return {t: sorted(map(repr, conn.execute(f'SELECT {", ".join(cols[t])} FROM {t}'))) for t in tables}
+    finally: conn.close()
+
 def file_state(ws:Path) -> dict:
-    "Every file of the workspace but harness.db (JSON without wall-clock fields), by relative path."
+    "Every file of the workspace but harness.db (JSON without wall-clock fields, SQLite files by their rows), by relative path."
     out = {}
     for p in sorted(ws.rglob('*')):
         if not p.is_file() or p.name.startswith('harness.db') or '/tmp/' in f'/{p.relative_to(ws)}': continue
+        if p.name.endswith(('.sqlite-wal', '.sqlite-shm')): continue  # SQLite's own journal: its rows are read below
         rel = str(p.relative_to(ws))
-        if p.suffix == '.json': out[rel] = strip(json.loads(p.read_text()))
+        if p.suffix == '.sqlite': out[rel] = sqlite_rows(p)
+        elif p.suffix == '.json': out[rel] = strip(json.loads(p.read_text()))
         elif p.suffix in ('.png', '.pdf', '.svg'): out[rel] = 'figure'  # byte stability of figures is report's test
         else: out[rel] = p.read_bytes()
     return out

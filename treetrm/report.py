@@ -172,8 +172,10 @@ def decision_handles(decisions) -> list[Line2D]:
 
 def plot_e_values(traj:pl.DataFrame, # from `e_value_trajectories`
                   alpha:float=0.05, # the gate's alpha: confirmation needs E⁺ >= 1/alpha
-                  title:str|None=None) -> Figure:
-    "E⁺ against units used, per task type, on a log scale with the 1/α line and the final decisions."
+                  title:str|None=None,
+                  thresholds:dict|None=None # task type -> the confirming level its gate used (cap-calibrated); None: 1/alpha
+                 ) -> Figure:
+    "E⁺ against units used, per task type, on a log scale with the confirming level(s) and the final decisions."
     colors, finals = type_colors(traj['task_type']), []
     with paper_style():
         fig, ax = new_figure()
@@ -181,8 +183,11 @@ def plot_e_values(traj:pl.DataFrame, # from `e_value_trajectories`
             ax.plot(g['n_used'], g['e_value'], color=colors[tt], label=tt, marker='.', ms=3)
             last = g.row(-1, named=True); finals.append(last['decision'])
             ax.scatter([last['n_used']], [last['e_value']], s=36, color=decision_color(last['decision']), edgecolor='k', lw=0.5, zorder=3)
-        ax.axhline(1/alpha, color='k', ls='--', lw=0.8, label=f'1/α = {1/alpha:g}')
-        ax.set_yscale('log'); ax.set_ylim(top=max(ax.get_ylim()[1], 2/alpha))  # the 1/α line never sits on the frame
+        levels = {tt: c for tt, c in (thresholds or {}).items() if tt in colors}
+        for tt, level in levels.items(): ax.axhline(level, color=colors[tt], ls='--', lw=0.8, label=f'confirm at {level:.3g}')
+        if not levels: ax.axhline(1/alpha, color='k', ls='--', lw=0.8, label=f'1/α = {1/alpha:g}')
+        top = max(levels.values(), default=1/alpha)
+        ax.set_yscale('log'); ax.set_ylim(top=max(ax.get_ylim()[1], 2*top))  # the confirming line never sits on the frame
         ax.set(xlabel='units used (ladder order)', ylabel='E⁺ (log scale)', title=title or 'Gate evidence')
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.add_artist(ax.legend(handles=decision_handles(finals), loc='lower left', bbox_to_anchor=(1.01, 0), title='decision'))
@@ -372,11 +377,13 @@ def step_report(log:HarnessLog, # the harness log
                 gate_id:str, # this step's gate
                 alpha:float=0.05, # the gate's alpha, for the 1/α line
                 tau:float=0.05, # GateParams.tau, for δ shrunk
-                cost_runs:str|list|None=None # runs whose calls count as cost so far; None = all
+                cost_runs:str|list|None=None, # runs whose calls count as cost so far; None = all
+                thresholds:dict|None=None # task type -> the confirming level its gate used; None: 1/alpha
                ) -> dict:
     "Gate table, e-value trajectory figure and cost so far for one training step."
     return {'gate_table': gate_table(log, run_id, gate_id, tau),
-            'e_values': plot_e_values(e_value_trajectories(log, run_id, gate_id), alpha, title=f'Gate {gate_id}: evidence per task type'),
+            'e_values': plot_e_values(e_value_trajectories(log, run_id, gate_id), alpha, title=f'Gate {gate_id}: evidence per task type',
+                                        thresholds=thresholds),
             'cost': cost_table(log, cost_runs)}
 
 # %% ../nbs/16_report.ipynb #c57de2b4

@@ -24,7 +24,7 @@ from .diagnose import diagnose as diagnose_run, case_packs
 from .split import run_split, load_split, has_pools, pools_dir, make_providers, load_split_config, Split
 from .batching import BatchParams, build_batches
 from .config import ACCEPTANCE_RULES, DELIVER, DEFAULT_SPLIT, TrainConfig, train_config, Config, load_config, config_frame, runner_config
-from .gate import (GateParams, e_value_plus, min_effect_q_for, round_cap, flip_counts, more_wins, not_fewer_wins,
+from .gate import (GateParams, e_value_plus, confirm_log_threshold, min_effect_q_for, round_cap, flip_counts, more_wins, not_fewer_wins,
                          margin_accepts, bayes_accepts, mcnemar_accepts)
 from .ladder import GATE_RUN_MARK, BaselineCache, Ladder, hash_order, build_ladders, freeze_gate_pools, load_gate_pools, phat_from_log, ladder_units
 from .validate import (validate_skills_concurrent, open_probation, settle_probation, continue_probation,
@@ -530,6 +530,10 @@ class _TrainRun:
         "Most units the type's e-process can pair in this run."
         rounds = self.config.probation_rounds if self.evidence == 'fresh' else 0
         return evidence_cap(sum(u.task_type == task_type for u in self.val_units), rounds)
+    def thresholds(self) -> dict[str, float]:
+        "Task type -> the E+ level that confirms its edits in this run (what the step report draws)."
+        level = lambda t: math.exp(confirm_log_threshold(replace(self.config.gate, evidence_cap=self.evidence_cap(t))))
+        return {t: level(t) if self.config.calibrate else 1/self.config.gate.alpha for t in sorted(self.gated)}
     def event(self, name:str, **info):
         if self.on_event: self.on_event(name, info)
 
@@ -552,9 +556,11 @@ def probation_design(config:TrainConfig, # the run's settings
     "(probation evidence in force, share of each type's units held out of the gate)."
     samples = agent_samples(backend, config.temperature)
     if config.probation_evidence == 'fresh' and not samples:
-        raise ConfigError(where(f'probation_evidence=fresh needs an agent that samples, but the {backend} agent runs at temperature {config.temperature}',
+        raise ConfigError(where(f'probation_evidence=fresh needs an agent that samples, but the {backend} agent runs at '
+                                f'temperature {config.temperature}: its repeated draws would repeat the gate\'s pairs',
                                 'Set train.temperature above 0, or use probation_evidence=auto or snapshot', field='probation_evidence'))
-    evidence = 'fresh' if config.probation_evidence == 'fresh' or (config.probation_evidence == 'auto' and samples) else 'snapshot'
+    fresh = config.probation_evidence == 'fresh' or (config.probation_evidence == 'auto' and samples)
+    evidence = 'fresh' if fresh else 'snapshot'
     share = config.probation_share if config.probation_share is not None else (0.0 if evidence == 'fresh' else 1/3)
     return evidence, share
 
@@ -1084,7 +1090,8 @@ def _report_step(self:Runner, r:_TrainRun, s:TrainState, gate_id:str):
     "The step report of `gate_id`."
     mine = _decisions_frame([d for d in s.decisions if d['gate_id'] == gate_id])
     has_gate = self.log.query('SELECT count(*) FROM gate_evidence WHERE run_id = ? AND gate_id = ?', (r.rid, gate_id)).item()
-    rep = report.step_report(self.log, r.rid, gate_id, r.config.gate.alpha, r.config.gate.tau, cost_runs=self._run_ids(r.rid)) if has_gate else {}
+    rep = report.step_report(self.log, r.rid, gate_id, r.config.gate.alpha, r.config.gate.tau, cost_runs=self._run_ids(r.rid),
+                             thresholds=r.thresholds()) if has_gate else {}
     self._show(r, {'decisions': mine, **rep}, f'{r.run_id} · step {gate_id}', f'step_{gate_id}_')
 
 @patch
