@@ -17,13 +17,14 @@ from .skills import SKILL_MODES
 from .split import SplitConfig, load_split_config, SPLIT_KEYS
 
 # %% auto #0
-__all__ = ['ACCEPTANCE_RULES', 'DELIVER', 'PROBATION_EVIDENCE', 'TRAIN_CHECKS', 'TRAIN_RELATIONS', 'DEFAULT_SPLIT',
-           'CONFIG_SECTIONS', 'STAGE_PARAMETERS', 'check_table', 'TrainConfig', 'train_config', 'Config', 'load_config',
-           'runner_config', 'stage_config', 'flat_config', 'config_frame', 'show_config']
+__all__ = ['ACCEPTANCE_RULES', 'DELIVER', 'OPEN_PROBATIONS', 'PROBATION_EVIDENCE', 'TRAIN_CHECKS', 'TRAIN_RELATIONS',
+           'DEFAULT_SPLIT', 'CONFIG_SECTIONS', 'STAGE_PARAMETERS', 'check_table', 'TrainConfig', 'train_config',
+           'Config', 'load_config', 'runner_config', 'stage_config', 'flat_config', 'config_frame', 'show_config']
 
 # %% ../nbs/16a_config.ipynb #a2738424
 ACCEPTANCE_RULES = ('gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'gepa_pool')
 DELIVER = ('best', 'current')
+OPEN_PROBATIONS = ('revert', 'keep')
 PROBATION_EVIDENCE = ('auto', 'fresh', 'snapshot')
 
 def _whole(low:int) -> Callable: return lambda v: not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= low
@@ -56,6 +57,7 @@ TRAIN_CHECKS = (  # key, holds when, what is allowed
     ('futility', _flag, 'True or False'),
     ('calibrate', _flag, 'True or False'),
     ('reuse_base', _flag, 'True or False'),
+    ('open_probations', lambda v: v in OPEN_PROBATIONS, f'one of {OPEN_PROBATIONS}'),
     ('temperature', lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real) and 0 <= v <= 2, 'a number in [0, 2]'),
     ('batch', lambda v: isinstance(v, BatchParams), 'BatchParams (or a dict of its fields)'),
     ('gate', lambda v: isinstance(v, GateParams), 'GateParams (or a dict of its fields)'))
@@ -102,6 +104,7 @@ class TrainConfig:
     futility: bool = True # stop an edit below the smallest effect the pool can confirm (unless gate.min_effect_q is set)
     calibrate: bool = True # confirm at the exact threshold for the type's evidence cap instead of 1/alpha
     reuse_base: bool = True # base-arm outcomes keyed by what the agent reads, paid once a run (False: once per skills/prompts version)
+    open_probations: str = 'revert' # an edit still provisional when training ends: 'revert' (its evidence ended unconfirmed) or 'keep'
     temperature: float = 0.0 # the agent's sampling temperature in the run's own inference (rollouts, gates, R, final test)
 
     def __post_init__(self): check_table(self, TRAIN_CHECKS, TRAIN_RELATIONS)

@@ -1048,9 +1048,24 @@ def delivered_version(config:TrainConfig, s:TrainState) -> str:
     return s.skills_best if config.deliver == 'best' else s.skills_current
 
 @patch
+def _without_open_edits(self:Runner, r:_TrainRun, s:TrainState, v:str) -> tuple[TrainState, str]:
+    "Training ended with edits on probation: their evidence ended unconfirmed, so the delivery `v` gets their anchors' files."
+    files, ds, delivered = {}, [], self.skills.read_files(v)
+    for pb in sorted(s.probations, key=lambda p: p.task_type):
+        target = pb.pending_edits[-1].target
+        if delivered.get(target) != self.skills.read_files(pb.candidate_version).get(target): continue  # `v` predates the edit
+        files[target] = self.skills.read_files(pb.anchor_version)[target]
+        ds.append(_decision(s, f'e{s.epoch}', pb.task_type, 'probation', 'revert_unconfirmed', w=pb.w, l=pb.l, n_used=pb.n_used,
+                            e_value=float(e_value_plus(pb.w, pb.l)), texts=[t for e in pb.pending_edits for t in edit_texts(e)],
+                            rule_kinds=[k for e in pb.pending_edits for k in rule_kinds(r.world, pb.task_type, e)]))
+    if files: v = self._write_version(replace(s, skills_current=v), files, 'revert', f'{r.rid}_end')
+    return replace(s, probations=(), decisions=s.decisions + tuple(d | dict(version=v) for d in ds)), v
+
+@patch
 async def _final(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
     "Deliver the best (or, per `config.deliver`, the current) version, evaluate it once on the test pool, write metrics.json."
     v = delivered_version(r.config, s)
+    if s.probations and r.config.open_probations == 'revert': s, v = self._without_open_edits(r, s, v)
     m, event = load_manifest(self.workspace), f'deliver_{r.config.deliver}'
     redone = m.skills_current == v and m.history and (m.history[-1]['event'], m.history[-1]['run']) == (event, r.rid)
     if not redone: set_current(self.workspace, v, r.rid, event=event)  # a resume after a kill here records the delivery once
