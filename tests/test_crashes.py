@@ -49,13 +49,22 @@ def strip(obj):
     if isinstance(obj, list): return [strip(v) for v in obj]
     return obj
 
+# A gate evaluates base and candidate arms ahead of the ladder pointer and discards what is in flight when the type's
+# decision is final. Base arms are keyed by content and cached across rounds, so after a kill the redone round finds
+# other base outcomes in the cache and runs ahead by other units: which speculative base-arm rows exist past the
+# consumed prefix depends on where the kills landed. Those rows (and the run's baseline cache) are compared where both
+# runs hold them, and must agree there (the draws are keyed by run and question); what the gates consumed is in
+# gate_evidence, compared exactly like every other table.
+BASE = "run_id LIKE '%\\_gate\\_base\\_%' ESCAPE '\\'"
+
 def db_state(db:Path) -> dict:
     "Every table's rows without wall-clock columns, sorted; llm_calls by (run, role, status) counts (call ids are random)."
     conn, out = sqlite3.connect(db), {}
     try:
         for name, t in TABLES.items():
             cols = [c for c in t.columns if c not in VOLATILE and c not in ('call_id',)]
-            rows = conn.execute(f'SELECT {", ".join(cols)} FROM {name}').fetchall()
+            where_ = f' WHERE NOT ({BASE})' if 'run_id' in cols else ''
+            rows = conn.execute(f'SELECT {", ".join(cols)} FROM {name}{where_}').fetchall()
             out[name] = sorted(map(repr, rows))
         out['llm_calls'] = sorted(map(repr, conn.execute('SELECT run_id, role, status, count(*) FROM llm_calls GROUP BY 1, 2, 3').fetchall()))
     finally: conn.close()
@@ -70,12 +79,23 @@ def sqlite_rows(db:Path) -> dict:
         return {t: sorted(map(repr, conn.execute(f'SELECT {", ".join(cols[t])} FROM {t}'))) for t in tables}
     finally: conn.close()
 
+def keyed_rows(db:Path, sql:str) -> dict:
+    "The first two columns of a query's rows -> the rest."
+    conn = sqlite3.connect(db)
+    try: return {tuple(r[:2]): r[2:] for r in conn.execute(sql)}
+    finally: conn.close()
+
+def agree_where_both(a:dict, b:dict) -> list:
+    "Keys held by both mappings whose values differ."
+    return [k for k in a.keys() & b.keys() if a[k] != b[k]]
+
 def file_state(ws:Path) -> dict:
     "Every file of the workspace but harness.db (JSON without wall-clock fields, SQLite files by their rows), by relative path."
     out = {}
     for p in sorted(ws.rglob('*')):
         if not p.is_file() or p.name.startswith('harness.db') or '/tmp/' in f'/{p.relative_to(ws)}': continue
         if p.name.endswith(('.sqlite-wal', '.sqlite-shm')): continue  # SQLite's own journal: its rows are read below
+        if p.name.startswith('baseline-') and p.suffix == '.sqlite': continue  # speculative base outcomes: see BASE
         rel = str(p.relative_to(ws))
         if p.suffix == '.sqlite': out[rel] = sqlite_rows(p)
         elif p.suffix == '.json': out[rel] = strip(json.loads(p.read_text()))
@@ -164,6 +184,11 @@ def test_resumed_state_matches_uninterrupted_run(crashed, reference):
     # every table but the call telemetry: same rows, so nothing was lost and nothing was written twice
     for table in TABLES:
         if table != 'llm_calls': assert got[table] == want[table], (table, len(got[table]), len(want[table]))
+    base_sql = f'SELECT run_id, question_id, prediction, correct, stop_reason FROM predictions WHERE {BASE}'
+    assert not agree_where_both(keyed_rows(ws/'harness.db', base_sql), keyed_rows(ref/'harness.db', base_sql))
+    cache_sql = 'SELECT task_type || skill_sha || prompts_version, unit_id, correct FROM baseline_outcomes'
+    for cache in (ref/'cache').glob('baseline-*.sqlite'):
+        assert not agree_where_both(keyed_rows(ws/'cache'/cache.name, cache_sql), keyed_rows(cache, cache_sql)), cache.name
     # every file (skills versions, pools, manifest, checkpoint, metrics, reports) but the telemetry-derived fields
     diffs = [d for d in differences(file_state(ws), file_state(ref)) if not any(t in d for t in TELEMETRY)]
     assert not diffs, '\n'.join(diffs[:30])
