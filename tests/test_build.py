@@ -111,7 +111,9 @@ KILLED_BUILD = textwrap.dedent('''
 
 
 def billed(ledger: Path) -> list[str]:
+    "Request keys of the billed calls in a build's ledger (none while the builder has made the file but not its tables)."
     with sqlite3.connect(ledger) as db:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='calls'").fetchone(): return []
         return [k for (k,) in db.execute("SELECT request_key FROM calls WHERE status='ok'")]
 
 
