@@ -894,6 +894,12 @@ async def _anchor_correctness(self:Runner, r:_TrainRun, s:TrainState, pb) -> dic
     p = self.log.predictions(rid).filter(~pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)))
     return dict(zip(p['question_id'].to_list(), p['correct'].fill_null(False).to_list()))
 
+def _probation_decision(r:_TrainRun, s:TrainState, pb, action:str, w:int, l:int, n_used:int) -> dict:
+    "The decision-log entry of a probation's settlement, with the texts and world rule kinds of its edits."
+    return _decision(s, f'e{s.epoch}', pb.task_type, 'probation', action, w=w, l=l, n_used=n_used, e_value=float(e_value_plus(w, l)),
+                     fingerprint=None, texts=[t for e in pb.pending_edits for t in edit_texts(e)],
+                     rule_kinds=[k for e in pb.pending_edits for k in rule_kinds(r.world, pb.task_type, e)])
+
 @patch
 async def _settle_probation(self:Runner, r:_TrainRun, s:TrainState, pb, r_correct:dict) -> TrainState:
     "Settle one probation on R; returns the state with it confirmed, kept or reverted."
@@ -903,9 +909,7 @@ async def _settle_probation(self:Runner, r:_TrainRun, s:TrainState, pb, r_correc
     params = replace(r.config.gate, evidence_cap=r.evidence_cap(pb.task_type)) if r.config.calibrate else r.config.gate
     action = settle_probation(pb, w, l, params, r.config.probation_rounds)
     edit = pb.pending_edits[-1]
-    d = _decision(s, f'e{s.epoch}', pb.task_type, 'probation', action, w=pb.w + w, l=pb.l + l, n_used=pb.n_used + len(ids),
-                  e_value=float(e_value_plus(pb.w + w, pb.l + l)), fingerprint=None, texts=[t for e in pb.pending_edits for t in edit_texts(e)],
-                  rule_kinds=[k for e in pb.pending_edits for k in rule_kinds(r.world, pb.task_type, e)])
+    d = _probation_decision(r, s, pb, action, pb.w + w, pb.l + l, pb.n_used + len(ids))
     s = replace(s, decisions=s.decisions + (d,))
     if action == 'keep': return replace(s, probations=s.probations + (continue_probation(pb, w, l, len(ids), ids),))
     if action == 'confirm': return s
@@ -1055,9 +1059,7 @@ def _without_open_edits(self:Runner, r:_TrainRun, s:TrainState, v:str) -> tuple[
         target = pb.pending_edits[-1].target
         if delivered.get(target) != self.skills.read_files(pb.candidate_version).get(target): continue  # `v` predates the edit
         files[target] = self.skills.read_files(pb.anchor_version)[target]
-        ds.append(_decision(s, f'e{s.epoch}', pb.task_type, 'probation', 'revert_unconfirmed', w=pb.w, l=pb.l, n_used=pb.n_used,
-                            e_value=float(e_value_plus(pb.w, pb.l)), texts=[t for e in pb.pending_edits for t in edit_texts(e)],
-                            rule_kinds=[k for e in pb.pending_edits for k in rule_kinds(r.world, pb.task_type, e)]))
+        ds.append(_probation_decision(r, s, pb, 'revert_unconfirmed', pb.w, pb.l, pb.n_used))
     if files: v = self._write_version(replace(s, skills_current=v), files, 'revert', f'{r.rid}_end')
     return replace(s, probations=(), decisions=s.decisions + tuple(d | dict(version=v) for d in ds)), v
 
