@@ -8,7 +8,8 @@ import pytest
 from treetrm.core import ConfigError, InfraError, project_root
 from treetrm.data import Question, build_units
 from treetrm.ladder import Ladder
-from treetrm.validate import QuestionSlots, UnitOutcome, scripted_evaluator, validate_skills_concurrent
+from treetrm.core import Slots
+from treetrm.validate import UnitOutcome, scripted_evaluator, validate_skills_concurrent
 
 EDIT = {'target': '_default.md', 'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': '- Look twice.'}],
         'rationale': 'cancel test'}
@@ -33,7 +34,7 @@ def random_turns(seed=0):
 async def run_and_check(workspace, evaluate, width=6, world=None, expect=None, **kw):
     "Run one round; whatever happens, check that it left nothing behind. Returns (outcomes or exception, pool)."
     units, ladders = world or make_world()
-    pool = QuestionSlots(width)
+    pool = Slots(width)
     try:
         result = await validate_skills_concurrent({tt: EDIT for tt in TYPES}, ladders=ladders, units=units, evaluate=evaluate,
                                                   base_skills_dir=workspace/'skills'/'v1', concurrency=pool, run_id='r',
@@ -84,7 +85,7 @@ def test_multi_question_units_share_the_pool(workspace):
 def test_cancelled_caller_leaves_nothing(workspace):
     async def main():
         units, ladders = make_world()
-        pool, started = QuestionSlots(6), asyncio.Event()
+        pool, started = Slots(6), asyncio.Event()
         def outcome(u, arm): started.set(); return UnitOutcome(True)
         ev = scripted_evaluator(outcome, lambda u, arm: 50)
         task = asyncio.create_task(validate_skills_concurrent({tt: EDIT for tt in TYPES}, ladders=ladders, units=units, evaluate=ev,

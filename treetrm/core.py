@@ -4,14 +4,17 @@
 
 # %% ../nbs/00_core.ipynb #121e446a
 from __future__ import annotations
-import hashlib, importlib, json, os, tempfile
+import asyncio, collections, contextlib, hashlib, importlib, json, os, tempfile
 from pathlib import Path
+
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count',
            'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'atomic_write_bytes',
            'sweep_temp_files', 'atomic_write_text', 'canonical_json', 'atomic_write_json', 'file_identity',
-           'folder_listing', 'read_json', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed']
+           'folder_listing', 'read_json', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed',
+           'Slots']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -172,3 +175,62 @@ def sha256_file(path:str|Path) -> str:
 def stable_seed(*parts) -> int:
     "A 63-bit integer seed derived from `parts` (e.g. run id and question id), equal across processes."
     return int(sha256_json([str(p) for p in parts])[:16], 16) >> 1
+
+# %% ../nbs/00_core.ipynb #c93da4a6
+class Slots:
+    "A pool of `width` slots shared by concurrent tasks; multi-slot acquire is atomic, FIFO and cancel-safe."
+    def __init__(self, width:int): # how many slots may be held at once (questions, calls in flight)
+        check_count(width, 'concurrency')
+        self.width, self.free, self._waiters = width, width, collections.deque()
+
+    def __repr__(self): return f'Slots(width={self.width}, free={self.free}, waiting={self.waiting})'
+    @property
+    def in_use(self) -> int: return self.width - self.free
+    @property
+    def waiting(self) -> int: return len(self._waiters)
+
+# %% ../nbs/00_core.ipynb #89506e0c
+def _check_request(slots:Slots, n:int):
+    "Refuse a request that is not a positive count or that no amount of waiting could satisfy."
+    check_count(n, 'n')
+    if n > slots.width:
+        raise ConfigError(where(f'a request needs {n} slots but the pool has only {slots.width}',
+                                'Raise concurrency to at least the largest request (the most questions in one unit)', field='concurrency'))
+
+@patch
+def _grant(self:Slots):
+    "Hand free slots to the waiters at the head of the queue for as long as the head fits."
+    while self._waiters and self._waiters[0][0] <= self.free:
+        n, fut = self._waiters.popleft()
+        if not fut.done(): self.free -= n; fut.set_result(None)
+
+@patch
+async def acquire(self:Slots, n:int=1): # slots to take together (e.g. a unit's question count)
+    "Wait until `n` slots are free and take them in one step; a cancelled waiter holds nothing."
+    _check_request(self, n)
+    if not self._waiters and self.free >= n: self.free -= n; return
+    entry = (n, asyncio.get_running_loop().create_future())
+    self._waiters.append(entry)
+    try: await entry[1]
+    except BaseException:
+        if entry[1].done() and not entry[1].cancelled(): self.free += n  # granted just before the cancel arrived
+        elif entry in self._waiters: self._waiters.remove(entry)
+        self._grant(); raise
+
+# %% ../nbs/00_core.ipynb #99c490de
+@patch
+def release(self:Slots, n:int=1):
+    "Give back `n` slots and let waiting requests through."
+    check_count(n, 'n')
+    if n > self.in_use:
+        raise TreeTrmError(where(f'releasing {n} slots but only {self.in_use} are in use',
+                                 'Release exactly what was acquired; prefer `async with slots.hold(n)`'))
+    self.free += n; self._grant()
+
+@patch
+@contextlib.asynccontextmanager
+async def hold(self:Slots, n:int=1):
+    "Hold `n` slots for the body of an `async with` block."
+    await self.acquire(n)
+    try: yield self
+    finally: self.release(n)

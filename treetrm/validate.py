@@ -12,7 +12,7 @@ from typing import Awaitable, Callable, Iterable, Iterator, Mapping
 import numpy as np
 import polars as pl
 from fastcore.basics import patch
-from .core import ConfigError, DataError, InfraError, TreeTrmError, where, atomic_write_text, canonical_json
+from .core import ConfigError, DataError, InfraError, TreeTrmError, Slots, check_count, where, atomic_write_text, canonical_json
 from .data import QuestionUnit, unit_correct
 from .skills import DEFAULT_SKILL, Edit, apply_edit, parse_edit, skill_slug, load_skill_dir, route_skills
 from .agent import INFRA_STOP_REASONS
@@ -21,75 +21,12 @@ from .gate import (GateParams, flip_counts, more_wins, mcnemar_accepts, probatio
 from .ladder import GATE_RUN_MARK, GatePools, Ladder, ladder_units, skill_hash
 
 # %% auto #0
-__all__ = ['ARMS', 'Evaluate', 'CONSUME_MODES', 'SHADOW_RULES', 'QUADRANTS', 'QuestionSlots', 'UnitOutcome', 'scripted_evaluator',
+__all__ = ['ARMS', 'Evaluate', 'CONSUME_MODES', 'SHADOW_RULES', 'QUADRANTS', 'UnitOutcome', 'scripted_evaluator',
            'candidates_root', 'materialise_candidate', 'materialised_candidates', 'TypeGate', 'ShadowDecision',
            'gepa_shadow', 'fixed_n_shadow', 'peek_shadow', 'shadow_decisions', 'ValidationOutcome', 'gate_outcome',
            'launch_order', 'InfraGuard', 'base_skills_sha', 'base_view_sha', 'gate_log_rows',
            'validate_skills_concurrent', 'gate_summary', 'Probation', 'open_probation', 'settle_probation',
            'continue_probation', 'gate_run_id', 'unit_outcome_from_predictions', 'inference_evaluator']
-
-# %% ../nbs/13_validate.ipynb #c93da4a6
-def _check_slot_count(n, name:str='n'):
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(where(f'{name} must be a whole number >= 1, got {n!r}', field=name))
-
-class QuestionSlots:
-    "A pool of `width` question slots shared by concurrent evaluations; multi-slot acquire is atomic, FIFO and cancel-safe."
-    def __init__(self, width:int): # how many questions may be in flight at once
-        _check_slot_count(width, 'concurrency')
-        self.width, self.free, self._waiters = width, width, collections.deque()
-
-    def __repr__(self): return f'QuestionSlots(width={self.width}, free={self.free}, waiting={self.waiting})'
-    @property
-    def in_use(self) -> int: return self.width - self.free
-    @property
-    def waiting(self) -> int: return len(self._waiters)
-
-# %% ../nbs/13_validate.ipynb #89506e0c
-def _check_request(slots:QuestionSlots, n:int):
-    "Refuse a request that is not a positive count or that no amount of waiting could satisfy."
-    _check_slot_count(n)
-    if n > slots.width:
-        raise ConfigError(where(f'a unit needs {n} question slots but the pool has only {slots.width}',
-                                'Raise concurrency to at least the largest number of questions in one unit', field='concurrency'))
-
-@patch
-def _grant(self:QuestionSlots):
-    "Hand free slots to the waiters at the head of the queue for as long as the head fits."
-    while self._waiters and self._waiters[0][0] <= self.free:
-        n, fut = self._waiters.popleft()
-        if not fut.done(): self.free -= n; fut.set_result(None)
-
-@patch
-async def acquire(self:QuestionSlots, n:int=1): # slots to take together (the unit's question count)
-    "Wait until `n` slots are free and take them in one step; a cancelled waiter holds nothing."
-    _check_request(self, n)
-    if not self._waiters and self.free >= n: self.free -= n; return
-    entry = (n, asyncio.get_running_loop().create_future())
-    self._waiters.append(entry)
-    try: await entry[1]
-    except BaseException:
-        if entry[1].done() and not entry[1].cancelled(): self.free += n  # granted just before the cancel arrived
-        elif entry in self._waiters: self._waiters.remove(entry)
-        self._grant(); raise
-
-# %% ../nbs/13_validate.ipynb #99c490de
-@patch
-def release(self:QuestionSlots, n:int=1):
-    "Give back `n` slots and let waiting requests through."
-    _check_slot_count(n)
-    if n > self.in_use:
-        raise TreeTrmError(where(f'releasing {n} question slots but only {self.in_use} are in use',
-                                 'Release exactly what was acquired; prefer `async with slots.hold(n)`'))
-    self.free += n; self._grant()
-
-@patch
-@contextlib.asynccontextmanager
-async def hold(self:QuestionSlots, n:int=1):
-    "Hold `n` slots for the body of an `async with` block."
-    await self.acquire(n)
-    try: yield self
-    finally: self.release(n)
 
 # %% ../nbs/13_validate.ipynb #a2caba9b
 ARMS = ('base', 'cand') # the two arms of a gate: base skills, candidate skills
@@ -364,7 +301,7 @@ class InfraGuard:
 class _GateRound:
     "What the tasks of one gate round share."
     gates: dict # task type -> TypeGate
-    slots: QuestionSlots # the round's question slots
+    slots: Slots # the round's question slots
     evaluate: Evaluate # evaluate(unit, arm, skills_dir) -> UnitOutcome
     base_dir: Path # the base skills folder
     cand_dirs: dict # task type -> candidate skills folder
@@ -507,7 +444,7 @@ async def validate_skills_concurrent(
         units:Iterable[QuestionUnit], # the validation units (the ladders name them by id)
         evaluate:Evaluate, # async evaluate(unit, arm, skills_dir) -> UnitOutcome
         base_skills_dir:str|Path, # the base version folder, e.g. workspace/skills/v3
-        concurrency:int|QuestionSlots, # question slots shared by every (unit, arm) evaluation: a width, or a pool to share
+        concurrency:int|Slots, # question slots shared by every (unit, arm) evaluation: a width, or a pool to share
         run_id:str, # the training run (for the log and messages)
         gate_id:str, # this gate round's id (log key, candidate folder name)
         prompts_version:str, # cache key part: the prompts version of both arms
@@ -523,7 +460,7 @@ async def validate_skills_concurrent(
     _check_round_args(candidates, run_id, gate_id, prompts_version)
     base_dir, unit_list = Path(base_skills_dir), list(units)
     gates = {tt: TypeGate(tt, ladder_units(l, unit_list), params[tt] if isinstance(params, Mapping) else params, consume) for tt, l in _ladder_map(ladders, candidates).items()}
-    slots = concurrency if isinstance(concurrency, QuestionSlots) else QuestionSlots(concurrency)
+    slots = concurrency if isinstance(concurrency, Slots) else Slots(concurrency)
     _check_widths(gates, slots.width)
     root, where_ = candidates_root(_workspace(base_dir, workspace), gate_id), dict(run_id=run_id, gate_id=gate_id)
     base_sha = {tt: base_view_sha(base_dir, tt, skill_mode) for tt in gates}
@@ -587,7 +524,7 @@ def settle_probation(probation:Probation, # the probation to settle
                      max_rounds:int=2 # revert after this many rounds unconfirmed
                     ) -> str:
     "'confirm', 'revert' or 'keep' on the pooled counts of the same e-process."
-    _check_extra(extra_w, extra_l); _check_slot_count(max_rounds, 'max_rounds')
+    _check_extra(extra_w, extra_l); check_count(max_rounds, 'max_rounds')
     return probation_decision(probation.w + extra_w, probation.l + extra_l, probation.rounds, max_rounds, params)
 
 def continue_probation(probation:Probation, extra_w:int, extra_l:int, extra_n:int, consumed:Iterable[str]=()) -> Probation:
