@@ -33,3 +33,58 @@ def test_stage_notebook_shape(nb):
     assert len(tagged) == 1, f'{nb.name}: exactly one cell tagged `parameters`'
     assert not any(c.get('outputs') for c in cs if c['cell_type'] == 'code'), f'{nb.name}: commit without outputs'
     assert json.loads(nb.read_text())['metadata']['kernelspec']['name'] == 'python3'
+
+
+# The shape of the code (issue 16): layers, sizes, one statement per line, and the simulator behind the registry.
+import ast, io, re, tokenize
+
+PKG = ROOT/'treetrm'
+SIM_SIDE = {'bench', 'loop_bench', 'gepa_engine', 'realism'}  # benchmarks and the simulator itself may import it
+
+def module_order():
+    "module name -> (position of its notebook in sorted order, notebook name)"
+    order = {}
+    for i, p in enumerate(sorted(NBS.glob('[0-9]*.ipynb'))):
+        m = re.search(r'#\|\s*default_exp\s+(\S+)', ''.join(cells(p)[0]['source']))
+        if m: order[m.group(1)] = (i, p.name)
+    return order
+
+def treetrm_imports(path):
+    "Names of treetrm modules imported by the module at `path` (relative or absolute imports)."
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.level: yield node.module
+            elif node.module.startswith('treetrm.'): yield node.module.removeprefix('treetrm.')
+        elif isinstance(node, ast.Import):
+            yield from (a.name.removeprefix('treetrm.') for a in node.names if a.name.startswith('treetrm.'))
+
+def test_no_module_imports_upward():
+    order = module_order()
+    bad = [f'{m} ({nb}) imports {n} ({order[n][1]})' for m, (i, nb) in order.items()
+           for n in treetrm_imports(PKG/f'{m}.py') if n in order and order[n][0] > i]
+    assert not bad, 'a module may import only modules whose notebook sorts before its own:\n' + '\n'.join(bad)
+
+def test_production_code_reaches_the_simulator_only_through_the_registry():
+    order = module_order()
+    sim = {m for m in order if m.split('_')[0] == 'sim'}
+    bad = [f'{m} imports {n}' for m in order if m not in sim | SIM_SIDE for n in treetrm_imports(PKG/f'{m}.py') if n in sim]
+    assert sim and not bad, 'choose a backend with treetrm.llm.make_providers, never by importing the simulator:\n' + '\n'.join(bad)
+
+def test_no_library_module_over_700_lines():
+    sizes = {p.name: len(p.read_text().splitlines()) for p in PKG.glob('*.py') if p.name != '_modidx.py'}
+    assert sizes and not {k: v for k, v in sizes.items() if v > 700}, {k: v for k, v in sizes.items() if v > 700}
+
+def semicolons(code):
+    "Line numbers of `;` tokens (statements joined on one line) in `code`."
+    return [t.start[0] for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type == tokenize.OP and t.string == ';']
+
+@pytest.mark.parametrize('nb', all_notebooks(), ids=lambda p: p.name)
+def test_one_statement_per_line_within_120_columns(nb):
+    long, joined = [], []
+    for k, c in enumerate(cells(nb)):
+        if c['cell_type'] != 'code': continue
+        code = ''.join(c['source'])
+        long += [f'cell {k}: {l[:60]}…' for l in code.split('\n') if len(l) > 120]
+        joined += [f'cell {k}, line {n}' for n in semicolons(code)]
+    assert not long, f'{nb.name}: lines over 120 columns:\n' + '\n'.join(long)
+    assert not joined, f'{nb.name}: statements joined with ";":\n' + '\n'.join(joined)
