@@ -9,7 +9,7 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 import polars as pl
 from tqdm.auto import tqdm
-from .core import (ConfigError, DataError, where, atomic_write_json, check_count, from_root, read_json,
+from .core import (ConfigError, DataError, Slots, where, atomic_write_json, check_count, from_root, read_json,
                            sha256_file, sha256_json, sweep_temp_files)
 from .data import load_questions, load_tree
 from .llm import reply_json
@@ -373,7 +373,7 @@ async def build_trees(videos, # a folder of videos or a list of video files
     prompts, provider = load_build_prompts(), vision or vision_provider(backend)
     out_dir = Path(out_dir)
     ledger = BuildLedger(out_dir/'.build'/'ledger.sqlite')
-    caller = VisionCaller(provider, ledger, asyncio.Semaphore(check_count(concurrency, 'concurrency')))
+    caller = VisionCaller(provider, ledger, Slots(concurrency))
     try: rows = await asyncio.gather(*(_build_one(j, out_dir, caller, prompts, params, progress) for j in jobs))
     finally: ledger.close()
     return pl.DataFrame(rows)

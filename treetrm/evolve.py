@@ -10,7 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from fastcore.basics import patch
 import polars as pl
-from .core import DataError, ConfigError, InfraError, where, asset_dir, canonical_json, sha256_text, stable_seed
+from .core import DataError, ConfigError, InfraError, Slots, where, asset_dir, canonical_json, sha256_text, stable_seed
 from .llm import LLMProvider, LLMResponse, ReplyError, reply_json, json_schema_format
 from .skills import (EDIT_OPS, Edit, EditRejected, DEFAULT_SKILL, apply_edit, check_target, edit_fingerprint, parse_edit,
                             skill_file)
@@ -343,9 +343,9 @@ async def propose_edits(task_types:list[str], # the task types to propose for (f
     "One proposal per task type, made concurrently."
     if concurrency < 1: raise ConfigError(where(f'concurrency must be at least 1, got {concurrency}', field='concurrency'))
     if missing := [t for t in task_types if t not in case_packs]: raise DataError(where(f'no case pack for task type {missing[0]!r}', 'Pass a case pack for every task type to evolve', field='case_packs'))
-    sem = asyncio.Semaphore(concurrency)
+    slots = Slots(concurrency)
     async def one(t):
-        async with sem: return await propose_edit(t, case_pack=case_packs[t], **kw)
+        async with slots.hold(): return await propose_edit(t, case_pack=case_packs[t], **kw)
     return dict(zip(task_types, await asyncio.gather(*(one(t) for t in task_types))))
 
 # %% ../nbs/14_evolve.ipynb #5fedc67a

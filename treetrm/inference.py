@@ -9,7 +9,7 @@ from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import polars as pl
 from tqdm.auto import tqdm
-from .core import ConfigError, DataError, BudgetError, where, stable_seed, check_count
+from .core import ConfigError, DataError, BudgetError, where, stable_seed, check_count, Slots
 from .data import Question, VideoTree, load_trees
 from .llm import LLMProvider
 from .skills import load_skill_dir
@@ -153,16 +153,16 @@ def errored_question_ids(log:HarnessLog, run_id:str, questions:list[Question]) -
     return log.done_question_ids(run_id, [q.question_id for q in questions], stop_reason='error')
 
 # %% ../nbs/07_inference.ipynb #17b7bbb2
-async def _answer_and_save(q:Question, tree:VideoTree, s:InferenceSettings, log:HarnessLog, sem:asyncio.Semaphore, bar):
-    async with sem:
+async def _answer_and_save(q:Question, tree:VideoTree, s:InferenceSettings, log:HarnessLog, slots:Slots, bar):
+    async with slots.hold():
         result = await answer_question(q, tree, s)
         await save_result(log, s.run_id, q, result)
     bar.update(1)
 
 async def _run_all(todo:list[Question], trees:dict, s:InferenceSettings, log:HarnessLog, concurrency:int, bar):
     "Answer and persist every question in `todo`, at most `concurrency` at a time."
-    sem = asyncio.Semaphore(concurrency)
-    tasks = [asyncio.create_task(_answer_and_save(q, trees[q.video_id], s, log, sem, bar)) for q in todo]
+    slots = Slots(concurrency)
+    tasks = [asyncio.create_task(_answer_and_save(q, trees[q.video_id], s, log, slots, bar)) for q in todo]
     try: await asyncio.gather(*tasks)
     finally:
         for t in tasks: t.cancel()

@@ -4,13 +4,13 @@
 
 # %% ../nbs/18a_vision.ipynb #f3d57a56
 from __future__ import annotations
-import asyncio, base64, io, json, string, time
+import base64, io, json, string, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import polars as pl
 from PIL import Image
-from .core import ConfigError, DataError, where, asset_dir, canonical_json
+from .core import ConfigError, DataError, Slots, where, asset_dir, canonical_json
 from .data import SUMMARY_KEYS
 from .llm import (LLMResponse, ResponseCache, cache_key, call_cost, image_digest, json_schema_format,
                           telemetry_row)
@@ -172,7 +172,7 @@ class VisionCaller:
     "Asks the vision provider through the build's ledger; one row per call."
     provider: object # an `LLMProvider`
     ledger: BuildLedger
-    limit: asyncio.Semaphore # calls in flight
+    limit: Slots # calls in flight
     structured: bool = True # send the reply's JSON schema (the provider drops it where the endpoint refuses it)
 
     async def ask(self, messages:list[dict], images:list, schema:dict, *,
@@ -186,7 +186,7 @@ class VisionCaller:
         if hit := self.ledger.get(key):
             self.ledger.record(telemetry_row(**labels, status='cache_hit', cache_hit=True, call_id=key[:16]) | labels)
             return hit
-        async with self.limit:
+        async with self.limit.hold():
             t0 = time.monotonic()
             try: r = await self.provider.chat(messages, temperature=0.0, seed=0, response_format=fmt, images=images)
             except Exception as e:
