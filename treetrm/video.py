@@ -14,21 +14,13 @@ from .core import DataError, where, atomic_write_bytes, atomic_write_text
 from .data import Question, save_questions
 
 # %% auto #0
-__all__ = ['VIDEO_SUFFIXES', 'BARCODE_ALPHABET', 'BARCODE_CHARS', 'BARCODE_CELL', 'COLOURS', 'SYNTHETIC_WORDS', 'Cue',
-           'cue_seconds', 'parse_subtitles', 'subtitle_text', 'VideoInfo', 'probe_video', 'decoded_frames',
-           'scan_video', 'find_cuts', 'jpeg_bytes', 'grab_frames', 'barcode_bits', 'draw_barcode', 'read_barcode',
-           'Shot', 'shot_picture', 'write_synthetic_video', 'synthetic_shots', 'write_srt', 'make_synthetic_videos']
+__all__ = ['COLOURS', 'BARCODE_ALPHABET', 'BARCODE_CHARS', 'BARCODE_CELL', 'VIDEO_SUFFIXES', 'SYNTHETIC_WORDS', 'cue_seconds',
+           'Cue', 'parse_subtitles', 'subtitle_text', 'barcode_bits', 'draw_barcode', 'read_barcode', 'Shot',
+           'shot_picture', 'write_synthetic_video', 'VideoInfo', 'probe_video', 'decoded_frames', 'scan_video',
+           'find_cuts', 'jpeg_bytes', 'grab_frames', 'synthetic_shots', 'write_srt', 'make_synthetic_videos']
 
 # %% ../nbs/18_video.ipynb #1f6a183c
-@dataclass(frozen=True)
-class Cue:
-    "One subtitle cue."
-    start: float # seconds
-    end: float # seconds
-    text: str # what is said, tags removed, lines joined
-
 _STAMP = re.compile(r'(?:(\d+):)?(\d{1,2}):(\d{2})[,.](\d{1,3})')
-_TAGS = re.compile(r'<[^>]*>|\{[^}]*\}')
 
 def cue_seconds(stamp:str) -> float|None:
     "Seconds of an `hh:mm:ss,mmm` / `mm:ss.mmm` time stamp, None when it is not one."
@@ -38,6 +30,15 @@ def cue_seconds(stamp:str) -> float|None:
     return int(h or 0)*3600 + int(mi)*60 + int(s) + int(ms.ljust(3, '0'))/1000
 
 # %% ../nbs/18_video.ipynb #021fb846
+@dataclass(frozen=True)
+class Cue:
+    "One subtitle cue."
+    start: float # seconds
+    end: float # seconds
+    text: str # what is said, tags removed, lines joined
+
+_TAGS = re.compile(r'<[^>]*>|\{[^}]*\}')
+
 def _read_subtitle_text(path:Path) -> str:
     "The text of a subtitle file, with a clear error when it is missing or not text."
     if path.suffix.lower() not in ('.srt', '.vtt'):
@@ -79,6 +80,86 @@ def subtitle_text(cues:tuple[Cue, ...], # the video's cues
                  ) -> str:
     "The text of the cues that overlap [start, end], in time order."
     return ' '.join(c.text for c in cues if c.start < end and c.end > start)
+
+# %% ../nbs/18_video.ipynb #2de6f300
+COLOURS = {'red': (200, 30, 30), 'green': (30, 160, 60), 'blue': (30, 60, 200), 'yellow': (230, 210, 40),
+           'purple': (130, 40, 160), 'orange': (240, 130, 20), 'grey': (128, 128, 128), 'white': (240, 240, 240)}
+
+# %% ../nbs/18_video.ipynb #7fff202c
+BARCODE_ALPHABET = ' ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'
+BARCODE_CHARS, BARCODE_CELL, _MARK = 9, 8, (1, 0, 1, 1)
+
+def barcode_bits(text:str) -> list[int]:
+    "The cells of `text` (up to 9 of A-Z, 0-9 and space): a 4-cell mark, then 6 bits per character."
+    text = text.upper()
+    if len(text) > BARCODE_CHARS or any(ch not in BARCODE_ALPHABET for ch in text):
+        raise DataError(where(f'barcode text {text!r} must be at most {BARCODE_CHARS} of A-Z, 0-9 and space'))
+    codes = [BARCODE_ALPHABET.index(ch) for ch in text.ljust(BARCODE_CHARS)]
+    return [*_MARK, *(b for c in codes for b in ((c >> k) & 1 for k in range(5, -1, -1)))]
+
+# %% ../nbs/18_video.ipynb #c4d8fe54
+def _cells(width:int) -> list[tuple[int, int]]:
+    "(x, y) of each barcode cell's corner, row by row across the top of a frame `width` pixels wide."
+    per_row = width // BARCODE_CELL
+    n_cells = len(_MARK) + 6 * BARCODE_CHARS
+    return [((i % per_row) * BARCODE_CELL, (i // per_row) * BARCODE_CELL) for i in range(n_cells)]
+
+def draw_barcode(image:Image.Image, text:str) -> Image.Image:
+    "Draw the barcode of `text` across the top of `image` (in place); returns it."
+    draw = ImageDraw.Draw(image)
+    for (x, y), bit in zip(_cells(image.width), barcode_bits(text)):
+        draw.rectangle([x, y, x + BARCODE_CELL - 1, y + BARCODE_CELL - 1], fill=(255, 255, 255) if bit else (0, 0, 0))
+    return image
+
+def read_barcode(image:Image.Image) -> str:
+    "The text of the barcode at the top of `image`, or '' when there is none (any cell neither dark nor light)."
+    grey = np.asarray(image.convert('L'), dtype=np.float32)
+    if image.width < 160: return ''
+    means = [grey[y + 2:y + BARCODE_CELL - 2, x + 2:x + BARCODE_CELL - 2].mean() for x, y in _cells(image.width)]
+    if any(60 < m < 195 for m in means): return ''
+    bits = [int(m >= 128) for m in means]
+    if tuple(bits[:len(_MARK)]) != _MARK: return ''
+    codes = [int(''.join(map(str, bits[i:i + 6])), 2) for i in range(len(_MARK), len(bits), 6)]
+    if any(c >= len(BARCODE_ALPHABET) for c in codes): return ''
+    return ''.join(BARCODE_ALPHABET[c] for c in codes).strip()
+
+# %% ../nbs/18_video.ipynb #8effec5f
+@dataclass(frozen=True)
+class Shot:
+    "One shot of a synthetic video."
+    seconds: float # how long it lasts
+    colour: str # a `COLOURS` name: the background
+    text: str = '' # burnt into the picture (and its barcode); '' for none
+
+def shot_picture(shot:Shot, t:float, size:tuple[int, int]) -> Image.Image:
+    "The picture of `shot` at `t` seconds into it: background, a moving square, the text and its barcode."
+    w, h = size
+    im = Image.new('RGB', size, COLOURS[shot.colour])
+    draw = ImageDraw.Draw(im)
+    x = int((t * 12) % max(1, w - 16))
+    draw.rectangle([x, h - 18, x + 10, h - 8], fill=(20, 20, 20))
+    if shot.text:
+        draw_barcode(im, shot.text)
+        draw.text((8, h // 2), shot.text, fill=(255, 255, 255), font=ImageFont.load_default())
+    return im
+
+# %% ../nbs/18_video.ipynb #b889808e
+def write_synthetic_video(path:str|Path, # the .mp4 to write
+                          shots:list[Shot], # in order
+                          fps:int=4, size:tuple[int, int]=(160, 120)) -> Path:
+    "Write an H.264 (or MPEG-4) clip of `shots`; returns its path."
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    codec = 'libx264' if 'libx264' in av.codecs_available else 'mpeg4'
+    with av.open(str(path), mode='w') as c:
+        s = c.add_stream(codec, rate=fps, options={'crf': '12'} if codec == 'libx264' else {})
+        s.width, s.height, s.pix_fmt = *size, 'yuv420p'
+        for shot in shots:
+            for k in range(round(shot.seconds * fps)):
+                frame = av.VideoFrame.from_image(shot_picture(shot, k / fps, size))
+                for packet in s.encode(frame): c.mux(packet)
+        for packet in s.encode(): c.mux(packet)
+    return path
 
 # %% ../nbs/18_video.ipynb #b0692e0b
 VIDEO_SUFFIXES = ('.mp4', '.mkv', '.webm', '.avi', '.mov', '.m4v')
@@ -126,6 +207,7 @@ def decoded_frames(path:str|Path):
             for i, f in enumerate(c.decode(s)): yield _frame_time(f, i, fps), f
     except av.FFmpegError as e: raise _unreadable(path, e) from None
 
+# %% ../nbs/18_video.ipynb #f936151e
 def scan_video(path:str|Path, # a video file
                analysis_fps:float=4.0 # frames per second compared (at most; every frame when the video has fewer)
               ) -> tuple[np.ndarray, np.ndarray, float]:
@@ -163,6 +245,7 @@ def jpeg_bytes(image:Image.Image, max_side:int=512, quality:int=85) -> bytes:
     im.save(buf, format='JPEG', quality=quality)
     return buf.getvalue()
 
+# %% ../nbs/18_video.ipynb #42b93b67
 def grab_frames(path:str|Path, # a video file
                 requests:list[tuple[float, Path]], # (time in seconds, JPEG file to write)
                 max_side:int=512, quality:int=85) -> int:
@@ -181,82 +264,6 @@ def grab_frames(path:str|Path, # a video file
     if pending and prev is not None: written += write(prev, len(pending))
     return written
 
-# %% ../nbs/18_video.ipynb #7fff202c
-BARCODE_ALPHABET = ' ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'
-BARCODE_CHARS, BARCODE_CELL, _MARK = 9, 8, (1, 0, 1, 1)
-COLOURS = {'red': (200, 30, 30), 'green': (30, 160, 60), 'blue': (30, 60, 200), 'yellow': (230, 210, 40),
-           'purple': (130, 40, 160), 'orange': (240, 130, 20), 'grey': (128, 128, 128), 'white': (240, 240, 240)}
-
-def barcode_bits(text:str) -> list[int]:
-    "The cells of `text` (up to 9 of A-Z, 0-9 and space): a 4-cell mark, then 6 bits per character."
-    text = text.upper()
-    if len(text) > BARCODE_CHARS or any(ch not in BARCODE_ALPHABET for ch in text):
-        raise DataError(where(f'barcode text {text!r} must be at most {BARCODE_CHARS} of A-Z, 0-9 and space'))
-    codes = [BARCODE_ALPHABET.index(ch) for ch in text.ljust(BARCODE_CHARS)]
-    return [*_MARK, *(b for c in codes for b in ((c >> k) & 1 for k in range(5, -1, -1)))]
-
-def _cells(width:int) -> list[tuple[int, int]]:
-    "(x, y) of each barcode cell's corner, row by row across the top of a frame `width` pixels wide."
-    per_row = width // BARCODE_CELL
-    n_cells = len(_MARK) + 6 * BARCODE_CHARS
-    return [((i % per_row) * BARCODE_CELL, (i // per_row) * BARCODE_CELL) for i in range(n_cells)]
-
-def draw_barcode(image:Image.Image, text:str) -> Image.Image:
-    "Draw the barcode of `text` across the top of `image` (in place); returns it."
-    draw = ImageDraw.Draw(image)
-    for (x, y), bit in zip(_cells(image.width), barcode_bits(text)):
-        draw.rectangle([x, y, x + BARCODE_CELL - 1, y + BARCODE_CELL - 1], fill=(255, 255, 255) if bit else (0, 0, 0))
-    return image
-
-def read_barcode(image:Image.Image) -> str:
-    "The text of the barcode at the top of `image`, or '' when there is none (any cell neither dark nor light)."
-    grey = np.asarray(image.convert('L'), dtype=np.float32)
-    if image.width < 160: return ''
-    means = [grey[y + 2:y + BARCODE_CELL - 2, x + 2:x + BARCODE_CELL - 2].mean() for x, y in _cells(image.width)]
-    if any(60 < m < 195 for m in means): return ''
-    bits = [int(m >= 128) for m in means]
-    if tuple(bits[:len(_MARK)]) != _MARK: return ''
-    codes = [int(''.join(map(str, bits[i:i + 6])), 2) for i in range(len(_MARK), len(bits), 6)]
-    if any(c >= len(BARCODE_ALPHABET) for c in codes): return ''
-    return ''.join(BARCODE_ALPHABET[c] for c in codes).strip()
-
-# %% ../nbs/18_video.ipynb #8effec5f
-@dataclass(frozen=True)
-class Shot:
-    "One shot of a synthetic video."
-    seconds: float # how long it lasts
-    colour: str # a `COLOURS` name: the background
-    text: str = '' # burnt into the picture (and its barcode); '' for none
-
-def shot_picture(shot:Shot, t:float, size:tuple[int, int]) -> Image.Image:
-    "The picture of `shot` at `t` seconds into it: background, a moving square, the text and its barcode."
-    w, h = size
-    im = Image.new('RGB', size, COLOURS[shot.colour])
-    draw = ImageDraw.Draw(im)
-    x = int((t * 12) % max(1, w - 16))
-    draw.rectangle([x, h - 18, x + 10, h - 8], fill=(20, 20, 20))
-    if shot.text:
-        draw_barcode(im, shot.text)
-        draw.text((8, h // 2), shot.text, fill=(255, 255, 255), font=ImageFont.load_default())
-    return im
-
-def write_synthetic_video(path:str|Path, # the .mp4 to write
-                          shots:list[Shot], # in order
-                          fps:int=4, size:tuple[int, int]=(160, 120)) -> Path:
-    "Write an H.264 (or MPEG-4) clip of `shots`; returns its path."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    codec = 'libx264' if 'libx264' in av.codecs_available else 'mpeg4'
-    with av.open(str(path), mode='w') as c:
-        s = c.add_stream(codec, rate=fps, options={'crf': '12'} if codec == 'libx264' else {})
-        s.width, s.height, s.pix_fmt = *size, 'yuv420p'
-        for shot in shots:
-            for k in range(round(shot.seconds * fps)):
-                frame = av.VideoFrame.from_image(shot_picture(shot, k / fps, size))
-                for packet in s.encode(frame): c.mux(packet)
-        for packet in s.encode(): c.mux(packet)
-    return path
-
 # %% ../nbs/18_video.ipynb #fbc80cd3
 SYNTHETIC_WORDS = ('EXIT', 'BAKERY', 'HOTEL', 'TAXI', 'MUSEUM', 'PARKING', 'TICKETS', 'GARDEN', 'LIBRARY', 'STATION')
 
@@ -267,12 +274,14 @@ def synthetic_shots(seed:int, n_shots:int=4, seconds:float=6.0) -> list[Shot]:
     words = rng.choice(SYNTHETIC_WORDS, n_shots, replace=False)
     return [Shot(seconds, str(c), str(w)) for c, w in zip(colours, words)]
 
+# %% ../nbs/18_video.ipynb #a5ea29ca
 def write_srt(path:str|Path, cues:list[Cue]) -> Path:
     "Write `cues` as an .srt file."
     stamp = lambda s: f'{int(s // 3600):02d}:{int(s % 3600 // 60):02d}:{int(s % 60):02d},{round(s % 1 * 1000):03d}'
     blocks = [f'{i}\n{stamp(c.start)} --> {stamp(c.end)}\n{c.text}\n\n' for i, c in enumerate(cues, 1)]
     return atomic_write_text(path, ''.join(blocks))
 
+# %% ../nbs/18_video.ipynb #5dead943
 def make_synthetic_videos(folder:str|Path, n_videos:int=3, n_shots:int=4, seconds:float=6.0, fps:int=4,
                           seed:int=0) -> Path:
     "Write `n_videos` synthetic clips with .srt files and questions.jsonl into `folder`; returns it."
