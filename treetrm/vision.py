@@ -18,9 +18,57 @@ from .video import COLOURS, read_barcode
 from .sim import make_providers, make_role, register_role, request_context, sim_answer
 
 # %% auto #0
-__all__ = ['SIM_VISION_REPLIES', 'CARD_FIELDS', 'BUILD_PROMPTS', 'CALL_COLUMNS', 'message_images', 'look', 'SimVision',
-           'reply_strings', 'card_from_reply', 'card_schema', 'load_build_prompts', 'build_messages', 'BuildLedger',
+__all__ = ['BUILD_PROMPTS', 'CARD_FIELDS', 'SIM_VISION_REPLIES', 'CALL_COLUMNS', 'load_build_prompts', 'build_messages',
+           'reply_strings', 'card_from_reply', 'card_schema', 'look', 'message_images', 'SimVision', 'BuildLedger',
            'VisionCaller', 'vision_provider']
+
+# %% ../nbs/18a_vision.ipynb #e732e5d9
+BUILD_PROMPTS = ('event.md', 'keyframes.md', 'scene.md')
+
+def load_build_prompts(folder:str|Path|None=None # default: the shipped prompts/build
+                      ) -> dict[str, str]:
+    "name -> template text of the build prompts."
+    folder = Path(folder) if folder else asset_dir('prompts')/'build'
+    missing = [n for n in BUILD_PROMPTS if not (folder/n).is_file()]
+    if missing:
+        raise ConfigError(where(f'build prompt(s) {missing} not found', 'Restore prompts/build from the repository',
+                                file=folder))
+    return {n: (folder/n).read_text(encoding='utf-8') for n in BUILD_PROMPTS}
+
+# %% ../nbs/18a_vision.ipynb #c9508758
+def build_messages(template:str, context:dict, **fields) -> list[dict]:
+    "The one user message of a build request: the template filled in, its JSON context block last."
+    text = string.Template(template).safe_substitute(context=canonical_json(context, indent=1), **fields)
+    return [{'role': 'user', 'content': text}]
+
+# %% ../nbs/18a_vision.ipynb #a46fd721
+def reply_strings(v) -> list[str]:
+    "A reply value as a list of non-empty strings."
+    items = v if isinstance(v, list) else [v]
+    return [str(x).strip() for x in items if isinstance(x, (str, int, float)) and str(x).strip()]
+
+# %% ../nbs/18a_vision.ipynb #67d02f3c
+CARD_FIELDS = {1: {'scene_summary': str, 'main_setting': str, 'key_entities': list, 'visible_text': list},
+               2: {'event_description': str, 'entities': list, 'actions': list, 'visible_text': list},
+               3: {'frame_summary': str, 'visible_entities': list, 'visual_attributes': list, 'ongoing_actions': list,
+                   'visible_text': list}}
+
+def card_from_reply(obj, level:int) -> dict|None:
+    "The card of a level-`level` node from a parsed reply object, or None when it has no summary."
+    if not isinstance(obj, dict) or not reply_strings(obj.get(SUMMARY_KEYS[level])): return None
+    card = {}
+    for name, kind in CARD_FIELDS[level].items():
+        items = reply_strings(obj.get(name, []))
+        card[name] = ' '.join(items) if kind is str else items
+    card['visible_text'] = ' | '.join(card['visible_text'])
+    return card
+
+# %% ../nbs/18a_vision.ipynb #e4edab7d
+def card_schema(level:int) -> dict:
+    "The JSON schema of one level's reply object."
+    text, texts = {'type': 'string'}, {'type': 'array', 'items': {'type': 'string'}}
+    props = {k: text if t is str else texts for k, t in CARD_FIELDS[level].items()}
+    return {'type': 'object', 'properties': props, 'required': list(props)}
 
 # %% ../nbs/18a_vision.ipynb #3913564e
 def _image(image) -> Image.Image:
@@ -28,18 +76,19 @@ def _image(image) -> Image.Image:
     if isinstance(image, str) and image.startswith('data:'): image = base64.b64decode(image.split(',', 1)[1])
     return Image.open(io.BytesIO(image) if isinstance(image, (bytes, bytearray)) else image)
 
-def message_images(messages:list[dict]) -> list[str]:
-    "The image URLs of the last user message (how images arrive over HTTP)."
-    last = next((m for m in reversed(messages) if m.get('role') == 'user'), {})
-    parts = last.get('content') if isinstance(last.get('content'), list) else []
-    return [p['image_url']['url'] for p in parts if isinstance(p, dict) and p.get('type') == 'image_url']
-
 def look(image) -> dict:
     "What the sim vision model sees: the nearest named colour of the mean pixel, and the barcode text."
     im = _image(image).convert('RGB')
     mean = np.asarray(im, dtype=np.float32).reshape(-1, 3).mean(0)
     colour = min(COLOURS, key=lambda c: float(((np.array(COLOURS[c]) - mean) ** 2).sum()))
     return {'colour': colour, 'text': read_barcode(im)}
+
+# %% ../nbs/18a_vision.ipynb #09e7095e
+def message_images(messages:list[dict]) -> list[str]:
+    "The image URLs of the last user message (how images arrive over HTTP)."
+    last = next((m for m in reversed(messages) if m.get('role') == 'user'), {})
+    parts = last.get('content') if isinstance(last.get('content'), list) else []
+    return [p['image_url']['url'] for p in parts if isinstance(p, dict) and p.get('type') == 'image_url']
 
 # %% ../nbs/18a_vision.ipynb #3f3450e1
 def _unique(items) -> list: return list(dict.fromkeys(i for i in items if i))
@@ -68,6 +117,7 @@ def _scene_card(ctx:dict, seen:list[dict]) -> dict:
 SIM_VISION_REPLIES = {'event': _event_card, 'scene': _scene_card,
                       'keyframes': lambda ctx, seen: {i: _frame_card(s) for i, s in zip(ctx['node_ids'], seen)}}
 
+# %% ../nbs/18a_vision.ipynb #b62be9fa
 @dataclass
 class SimVision:
     "A deterministic vision model for offline builds: colours and barcodes from the images, the rest from the request."
@@ -85,50 +135,6 @@ class SimVision:
         return await sim_answer(self, messages, canonical_json(reply))
 
 register_role('sim-vision', lambda world_dir, seed: SimVision())
-
-# %% ../nbs/18a_vision.ipynb #a46fd721
-CARD_FIELDS = {1: {'scene_summary': str, 'main_setting': str, 'key_entities': list, 'visible_text': list},
-               2: {'event_description': str, 'entities': list, 'actions': list, 'visible_text': list},
-               3: {'frame_summary': str, 'visible_entities': list, 'visual_attributes': list, 'ongoing_actions': list,
-                   'visible_text': list}}
-BUILD_PROMPTS = ('event.md', 'keyframes.md', 'scene.md')
-
-def reply_strings(v) -> list[str]:
-    "A reply value as a list of non-empty strings."
-    items = v if isinstance(v, list) else [v]
-    return [str(x).strip() for x in items if isinstance(x, (str, int, float)) and str(x).strip()]
-
-def card_from_reply(obj, level:int) -> dict|None:
-    "The card of a level-`level` node from a parsed reply object, or None when it has no summary."
-    if not isinstance(obj, dict) or not reply_strings(obj.get(SUMMARY_KEYS[level])): return None
-    card = {}
-    for name, kind in CARD_FIELDS[level].items():
-        items = reply_strings(obj.get(name, []))
-        card[name] = ' '.join(items) if kind is str else items
-    card['visible_text'] = ' | '.join(card['visible_text'])
-    return card
-
-def card_schema(level:int) -> dict:
-    "The JSON schema of one level's reply object."
-    text, texts = {'type': 'string'}, {'type': 'array', 'items': {'type': 'string'}}
-    props = {k: text if t is str else texts for k, t in CARD_FIELDS[level].items()}
-    return {'type': 'object', 'properties': props, 'required': list(props)}
-
-# %% ../nbs/18a_vision.ipynb #e732e5d9
-def load_build_prompts(folder:str|Path|None=None # default: the shipped prompts/build
-                      ) -> dict[str, str]:
-    "name -> template text of the build prompts."
-    folder = Path(folder) if folder else asset_dir('prompts')/'build'
-    missing = [n for n in BUILD_PROMPTS if not (folder/n).is_file()]
-    if missing:
-        raise ConfigError(where(f'build prompt(s) {missing} not found', 'Restore prompts/build from the repository',
-                                file=folder))
-    return {n: (folder/n).read_text(encoding='utf-8') for n in BUILD_PROMPTS}
-
-def build_messages(template:str, context:dict, **fields) -> list[dict]:
-    "The one user message of a build request: the template filled in, its JSON context block last."
-    text = string.Template(template).safe_substitute(context=canonical_json(context, indent=1), **fields)
-    return [{'role': 'user', 'content': text}]
 
 # %% ../nbs/18a_vision.ipynb #495d2ec9
 CALL_COLUMNS = ('video_id', 'node_id', 'kind', 'request_key', 'run_id', 'call_id', 'role', 'model', 'prompt_tokens',
