@@ -20,7 +20,7 @@ from .vision import (BuildLedger, VisionCaller, build_messages, card_from_reply,
 
 # %% auto #0
 __all__ = ['split_span', 'BuildParams', 'PlannedNode', 'plan_tree', 'VideoJob', 'check_video', 'build_fingerprint', 'BuildPaths',
-           'plan_video', 'write_frames', 'VideoBuild', 'keyframes_schema', 'checkpointed', 'describe_event',
+           'plan_video', 'write_frames', 'VideoBuild', 'checkpointed', 'describe_event', 'keyframes_schema',
            'describe_keyframes', 'keyframe_cards', 'describe_scene', 'event_with_keyframes', 'scene_with_events',
            'assemble_tree', 'build_tree', 'video_files', 'check_videos', 'forecast_build', 'build_trees',
            'videos_for_questions', 'stage_videos']
@@ -116,6 +116,7 @@ def check_video(video_path:str|Path, subtitles:str|Path|None=None) -> VideoJob:
     subs = Path(subtitles) if subtitles else None
     return VideoJob(Path(video_path).stem, Path(video_path), subs, parse_subtitles(subs) if subs else ())
 
+# %% ../nbs/18b_build.ipynb #e9e7f845
 def build_fingerprint(job:VideoJob, params:BuildParams, prompts:dict, model:str) -> str:
     "What a build's cards depend on, hashed."
     subs = sha256_file(job.subtitles) if job.subtitles else None
@@ -153,6 +154,7 @@ async def plan_video(job:VideoJob, params:BuildParams, paths:BuildPaths) -> dict
     atomic_write_json(paths.work/'plan.json', record)
     return record
 
+# %% ../nbs/18b_build.ipynb #c597f741
 async def write_frames(job:VideoJob, plan:dict, params:BuildParams, paths:BuildPaths) -> int:
     "Write the frames of every node that are not on disk yet; returns how many were written."
     wanted = [(t, paths.frame(n, k)) for n in plan.values() for k, t in enumerate(n.frame_times)]
@@ -183,10 +185,7 @@ class VideoBuild:
                                'Check the vision model and prompts/build; a rerun resumes where this stopped',
                                video=self.job.video_id, node=node_id))
 
-def keyframes_schema(ids:list[str]) -> dict:
-    "The JSON schema of a keyframes reply: one keyframe card per id."
-    return {'type': 'object', 'properties': {i: card_schema(3) for i in ids}, 'required': list(ids)}
-
+# %% ../nbs/18b_build.ipynb #420b547a
 async def checkpointed(b:VideoBuild, node_id:str, make) -> dict:
     "The card of `node_id`: from its checkpoint, else `await make()` written atomically first."
     p = b.paths.node(node_id)
@@ -208,6 +207,11 @@ async def describe_event(b:VideoBuild, node:PlannedNode) -> dict:
     if card is None: raise b.bad_reply(node.node_id, 'event')
     return card
 
+# %% ../nbs/18b_build.ipynb #a9ad31e2
+def keyframes_schema(ids:list[str]) -> dict:
+    "The JSON schema of a keyframes reply: one keyframe card per id."
+    return {'type': 'object', 'properties': {i: card_schema(3) for i in ids}, 'required': list(ids)}
+
 async def describe_keyframes(b:VideoBuild, event:PlannedNode, event_card:dict, ids:list[str]) -> dict[str, dict]:
     "Cards of some keyframes of `event` from one request; the ones the reply misses are absent."
     nodes = [b.plan[i] for i in ids]
@@ -217,6 +221,7 @@ async def describe_keyframes(b:VideoBuild, event:PlannedNode, event_card:dict, i
     reply = await b.ask(msgs, [b.paths.frame(n, 0) for n in nodes], keyframes_schema(ids), ids[0], 'keyframes') or {}
     return {i: card for i in ids if (card := card_from_reply(reply.get(i), 3)) is not None}
 
+# %% ../nbs/18b_build.ipynb #18e10096
 async def keyframe_cards(b:VideoBuild, event:PlannedNode, event_card:dict) -> None:
     "Checkpoint a card for every keyframe of `event`: in batches, a frame the batch missed alone."
     ids, size = list(event.children), b.params.frames_per_call
@@ -245,6 +250,7 @@ async def describe_scene(b:VideoBuild, node:PlannedNode, event_cards:list[dict])
     if card is None: raise b.bad_reply(node.node_id, 'scene')
     return card
 
+# %% ../nbs/18b_build.ipynb #ee80d161
 async def event_with_keyframes(b:VideoBuild, node:PlannedNode) -> dict:
     "An event's card, after its keyframes' cards are checkpointed too."
     card = await checkpointed(b, node.node_id, lambda: describe_event(b, node))
@@ -301,6 +307,7 @@ async def _build_one(job:VideoJob, out_dir:Path, caller:VisionCaller, prompts:di
     calls = caller.ledger.calls()[n0:]
     return _summary(b, calls, record['duration'], len(record['cuts']), time.monotonic() - t0, status)
 
+# %% ../nbs/18b_build.ipynb #964601f0
 async def build_tree(video_path:str|Path, # a video file; its stem is the video id
                      out_dir:str|Path, # the trees folder: writes <out_dir>/<video id>/tree.json and frames/
                      subtitles:str|Path|None=None, # its .srt or .vtt file
@@ -328,6 +335,7 @@ def video_files(videos) -> list[Path]:
     if not files: raise DataError(where('no videos given', 'Pass a folder of videos or a list of video files'))
     return files
 
+# %% ../nbs/18b_build.ipynb #e9aba7ab
 def _subtitle_for(video:Path, subtitles) -> Path|None:
     "The subtitle file of `video` under the `subtitles` argument of `build_trees`."
     if isinstance(subtitles, dict):
@@ -362,6 +370,7 @@ def forecast_build(videos, # a folder of videos or a list of files
                      'max_events': math.ceil(d / params.l2_min_s)})
     return pl.DataFrame(rows)
 
+# %% ../nbs/18b_build.ipynb #94bc303b
 async def build_trees(videos, # a folder of videos or a list of video files
                       out_dir:str|Path, # the trees folder
                       subtitles=None, # a folder, a dict video id -> file, or None (beside each video)
