@@ -66,7 +66,9 @@ def parse_subtitles(path:str|Path # a .srt or .vtt file
     path = Path(path)
     lines, cues, i = _read_subtitle_text(path).splitlines(), [], 0
     while i < len(lines):
-        if '-->' not in lines[i]: i += 1; continue
+        if '-->' not in lines[i]:
+            i += 1
+            continue
         cue, i = _cue_at(lines, i, path)
         if cue.text: cues.append(cue)
     if not cues:

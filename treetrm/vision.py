@@ -164,7 +164,9 @@ class BuildLedger(ResponseCache):
                 db.execute('INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?)',
                            (key, r.model, r.content, r.reasoning, json.dumps(r.usage), ''))
                 self._insert_call(db, row)
-            except BaseException: db.execute('ROLLBACK'); raise
+            except BaseException:
+                db.execute('ROLLBACK')
+                raise
             db.execute('COMMIT')
 
     def calls(self) -> pl.DataFrame:
