@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from treetrm.agent import run_agent
-from treetrm.build import (BuildParams, build_tree, build_trees, make_synthetic_videos, parse_subtitles, read_barcode,
-                           synthetic_shots)
+from treetrm.build import BuildParams, build_tree, build_trees
+from treetrm.video import make_synthetic_videos, parse_subtitles, read_barcode, synthetic_shots
 from treetrm.core import DataError, project_root
 from treetrm.data import frame_path, load_questions, load_tree
 from treetrm.llm import LLMResponse, OpenAIProvider, RoleConfig
@@ -103,7 +103,8 @@ def test_bad_input_fails_before_anything_is_written(synth, tmp_path):
 
 KILLED_BUILD = textwrap.dedent('''
     import asyncio, sys
-    from treetrm.build import BuildParams, SimVision, build_trees
+    from treetrm.build import BuildParams, build_trees
+    from treetrm.vision import SimVision
     params = BuildParams(**{params})
     slow = SimVision(latency_s=0.05)
     asyncio.run(build_trees(sys.argv[1], sys.argv[2], concurrency=1, params=params, vision=slow, progress=False))

@@ -12,9 +12,8 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count',
            'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'atomic_write_bytes',
-           'sweep_temp_files', 'atomic_write_text', 'canonical_json', 'atomic_write_json', 'file_identity',
-           'folder_listing', 'read_json', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed',
-           'Slots']
+           'atomic_write_text', 'sweep_temp_files', 'canonical_json', 'atomic_write_json', 'read_json', 'file_identity',
+           'folder_listing', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed', 'Slots']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -120,6 +119,11 @@ def atomic_write_bytes(path:str|Path, # target file; parent folders are created
         Path(tmp).unlink(missing_ok=True); raise
     return path
 
+def atomic_write_text(path:str|Path, text:str) -> Path:
+    "Write `text` (UTF-8) to `path` atomically."
+    return atomic_write_bytes(path, text.encode('utf-8'))
+
+# %% ../nbs/00_core.ipynb #3c5b46f7
 def sweep_temp_files(folder:str|Path # a folder one process writes (a workspace)
                     ) -> int:
     "Remove the temp files a killed `atomic_write_bytes` left under `folder` (`.<name>.<random>.tmp`); returns how many."
@@ -127,20 +131,26 @@ def sweep_temp_files(folder:str|Path # a folder one process writes (a workspace)
     for p in stale: p.unlink(missing_ok=True)
     return len(stale)
 
-def atomic_write_text(path:str|Path, text:str) -> Path:
-    "Write `text` (UTF-8) to `path` atomically."
-    return atomic_write_bytes(path, text.encode('utf-8'))
-
 # %% ../nbs/00_core.ipynb #2acb2415
 def canonical_json(obj, indent:int|None=None) -> str:
     "JSON text with sorted keys and no NaN, the same bytes for equal objects."
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, allow_nan=False, indent=indent,
                       separators=(',', ': ') if indent else (',', ':'))
 
+# %% ../nbs/00_core.ipynb #c2b6d74b
 def atomic_write_json(path:str|Path, obj, indent:int|None=2) -> Path:
     "Write `obj` as canonical JSON to `path` atomically."
     return atomic_write_text(path, canonical_json(obj, indent=indent) + '\n')
 
+def read_json(path:str|Path):
+    "Read a JSON file, raising `DataError` that names the file, line and column when it is not valid JSON."
+    path = Path(path)
+    try: return json.loads(path.read_text(encoding='utf-8'))
+    except FileNotFoundError: raise DataError(where('file not found', 'Check the path', file=path)) from None
+    except UnicodeDecodeError as e: raise DataError(where(f'file is not UTF-8 ({e.reason} at byte {e.start})', 'Re-save it as UTF-8', file=path)) from None
+    except json.JSONDecodeError as e: raise DataError(where(f'invalid JSON: {e.msg}', 'Fix the JSON syntax', file=path, line=e.lineno, column=e.colno)) from None
+
+# %% ../nbs/00_core.ipynb #90f85429
 def file_identity(path:str|Path) -> tuple:
     "What tells an unchanged file without reading it: inode, size, modification time (ns)."
     st = os.stat(path)
@@ -151,14 +161,6 @@ def folder_listing(folder:str|Path, suffix:str='') -> tuple:
     with os.scandir(folder) as it:
         got = [(e.name, *file_identity(e.path)) for e in it if e.name.endswith(suffix) and not e.name.startswith('.') and e.is_file()]
     return tuple(sorted(got))
-
-def read_json(path:str|Path):
-    "Read a JSON file, raising `DataError` that names the file, line and column when it is not valid JSON."
-    path = Path(path)
-    try: return json.loads(path.read_text(encoding='utf-8'))
-    except FileNotFoundError: raise DataError(where('file not found', 'Check the path', file=path)) from None
-    except UnicodeDecodeError as e: raise DataError(where(f'file is not UTF-8 ({e.reason} at byte {e.start})', 'Re-save it as UTF-8', file=path)) from None
-    except json.JSONDecodeError as e: raise DataError(where(f'invalid JSON: {e.msg}', 'Fix the JSON syntax', file=path, line=e.lineno, column=e.colno)) from None
 
 # %% ../nbs/00_core.ipynb #929a812f
 def sha256_bytes(data:bytes) -> str: return hashlib.sha256(data).hexdigest()
@@ -172,6 +174,7 @@ def sha256_file(path:str|Path) -> str:
         for chunk in iter(lambda: f.read(1<<20), b''): h.update(chunk)
     return h.hexdigest()
 
+# %% ../nbs/00_core.ipynb #9c08fe6c
 def stable_seed(*parts) -> int:
     "A 63-bit integer seed derived from `parts` (e.g. run id and question id), equal across processes."
     return int(sha256_json([str(p) for p in parts])[:16], 16) >> 1

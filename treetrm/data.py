@@ -227,6 +227,7 @@ def save_questions(questions:list[Question], path:str|Path) -> Path:
     "Write `questions` to a jsonl file atomically."
     return atomic_write_text(path, ''.join(json.dumps(question_record(q), ensure_ascii=False) + '\n' for q in questions))
 
+# %% ../nbs/01_data.ipynb #26692a90
 def questions_fingerprint(path:str|Path, # where the questions came from
                           questions:list[Question] # what was loaded from it
                          ) -> str:
@@ -298,6 +299,7 @@ def node_summary(node:Node) -> str:
     v = node.card.get(SUMMARY_KEYS[node.level], '')
     return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
+# %% ../nbs/01_data.ipynb #2b9388ff
 def _strings(value) -> list[str]:
     "The non-empty strings and the numbers inside a card value, depth first, dict keys sorted."
     if isinstance(value, str): return [value] if value.strip() else []

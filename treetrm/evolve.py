@@ -10,7 +10,8 @@ from pathlib import Path
 from types import MappingProxyType
 from fastcore.basics import patch
 import polars as pl
-from .core import DataError, ConfigError, InfraError, where, asset_dir, canonical_json, sha256_text, stable_seed
+from .core import (DataError, ConfigError, InfraError, Slots, where, asset_dir, canonical_json, sha256_text,
+                          stable_seed)
 from .llm import LLMProvider, LLMResponse, ReplyError, reply_json, json_schema_format
 from .skills import (EDIT_OPS, Edit, EditRejected, DEFAULT_SKILL, apply_edit, check_target, edit_fingerprint, parse_edit,
                             skill_file)
@@ -21,7 +22,7 @@ __all__ = ['CASE_FIELDS', 'DIAGNOSIS_FIELDS', 'TEMPLATE_FILES', 'PROPOSAL_STATUS
            'render_case', 'render_cases', 'pack_cases', 'RejectedEdit', 'edit_texts', 'Blacklist', 'load_templates',
            'evolve_target', 'evolve_context', 'evolve_messages', 'Proposal', 'check_reply', 'edit_format',
            'propose_edit', 'propose_edits', 'proposals_table', 'pair_class', 'Pairs', 'classify_pairs',
-           'momentum_examples', 'counts_by_type', 'momentum_messages', 'MomentumResult', 'read_guidance',
+           'counts_by_type', 'momentum_examples', 'momentum_messages', 'read_guidance', 'MomentumResult',
            'momentum_guidance', 'guidance_files', 'guidance_from_files', 'prompt_sections', 'apply_prompt_edit',
            'prompt_edit_messages', 'check_prompt_reply', 'propose_prompt_edit']
 
@@ -126,6 +127,7 @@ class RejectedEdit:
     texts: tuple[str, ...] # the rule texts it added or the replacements it made
     reason: str # why it was rejected, e.g. reject_futility
 
+# %% ../nbs/14_evolve.ipynb #3729351b
 def edit_texts(edit:Edit) -> tuple[str, ...]:
     "The texts an edit puts into a skill, one per operation."
     return tuple(op.text.strip() if op.text is not None else f'replace {op.search.strip()!r} with {op.replace.strip()!r}' for op in edit.ops)
@@ -343,9 +345,9 @@ async def propose_edits(task_types:list[str], # the task types to propose for (f
     "One proposal per task type, made concurrently."
     if concurrency < 1: raise ConfigError(where(f'concurrency must be at least 1, got {concurrency}', field='concurrency'))
     if missing := [t for t in task_types if t not in case_packs]: raise DataError(where(f'no case pack for task type {missing[0]!r}', 'Pass a case pack for every task type to evolve', field='case_packs'))
-    sem = asyncio.Semaphore(concurrency)
+    slots = Slots(concurrency)
     async def one(t):
-        async with sem: return await propose_edit(t, case_pack=case_packs[t], **kw)
+        async with slots.hold(): return await propose_edit(t, case_pack=case_packs[t], **kw)
     return dict(zip(task_types, await asyncio.gather(*(one(t) for t in task_types))))
 
 # %% ../nbs/14_evolve.ipynb #5fedc67a
@@ -406,12 +408,6 @@ def _question_info(questions:dict|None, qid:str) -> dict:
     d = _as_dict((questions or {}).get(qid) or {})
     return {'question_id': qid, 'task_type': d.get('task_type'), 'question': d.get('question')}
 
-def momentum_examples(pairs:Pairs, questions:dict|None=None, max_per_class:int=5, seed:int=0) -> dict[str, list[dict]]:
-    "Up to `max_per_class` example questions per class (a seeded sample, in id order)."
-    rng = random.Random(stable_seed('momentum', seed))
-    pick = lambda ids: sorted(rng.sample(list(ids), max_per_class)) if len(ids) > max_per_class else list(ids)
-    return {c: [_question_info(questions, q) for q in pick(getattr(pairs, c))] for c in PAIR_CLASSES}
-
 def counts_by_type(pairs:Pairs, questions:dict|None=None) -> dict[str, dict[str, int]]:
     "Task type -> class -> questions (task type 'all' when questions are not given)."
     out = {}
@@ -420,6 +416,13 @@ def counts_by_type(pairs:Pairs, questions:dict|None=None) -> dict[str, dict[str,
             t = _question_info(questions, q)['task_type'] or 'all'
             out.setdefault(t, dict.fromkeys(PAIR_CLASSES, 0))[c] += 1
     return dict(sorted(out.items()))
+
+# %% ../nbs/14_evolve.ipynb #c32e313b
+def momentum_examples(pairs:Pairs, questions:dict|None=None, max_per_class:int=5, seed:int=0) -> dict[str, list[dict]]:
+    "Up to `max_per_class` example questions per class (a seeded sample, in id order)."
+    rng = random.Random(stable_seed('momentum', seed))
+    pick = lambda ids: sorted(rng.sample(list(ids), max_per_class)) if len(ids) > max_per_class else list(ids)
+    return {c: [_question_info(questions, q) for q in pick(getattr(pairs, c))] for c in PAIR_CLASSES}
 
 # %% ../nbs/14_evolve.ipynb #3683e836
 def _counts_table(counts:dict) -> str:
@@ -445,6 +448,16 @@ def momentum_messages(pairs:Pairs, previous_guidance:str='', questions:dict|None
 # %% ../nbs/14_evolve.ipynb #af22425c
 MAX_GUIDANCE_CHARS = 2000
 
+def read_guidance(raw:str, max_chars:int=MAX_GUIDANCE_CHARS) -> str:
+    "The guidance text of a momentum reply; `EditRejected` with the reason when it is unusable."
+    obj = read_reply_json(raw, 'momentum reply', prefer=('guidance',))
+    text = obj.get('guidance')
+    if not isinstance(text, str): raise EditRejected('schema', where('the reply needs a text field "guidance"', field='guidance'))
+    if not text.strip(): raise EditRejected('empty', where('the guidance is empty', field='guidance'))
+    if len(text) > max_chars: raise EditRejected('too_long', where(f'the guidance has {len(text)} characters, over {max_chars}', field='guidance'))
+    return text.strip()
+
+# %% ../nbs/14_evolve.ipynb #8a2d967d
 @dataclass(frozen=True)
 class MomentumResult:
     "The guidance for the next epoch and how it was obtained."
@@ -454,15 +467,6 @@ class MomentumResult:
     message: str = '' # details of the failure
     raw: str = '' # the evolver's reply
     usage: dict = field(default_factory=dict) # token usage of the call
-
-def read_guidance(raw:str, max_chars:int=MAX_GUIDANCE_CHARS) -> str:
-    "The guidance text of a momentum reply; `EditRejected` with the reason when it is unusable."
-    obj = read_reply_json(raw, 'momentum reply', prefer=('guidance',))
-    text = obj.get('guidance')
-    if not isinstance(text, str): raise EditRejected('schema', where('the reply needs a text field "guidance"', field='guidance'))
-    if not text.strip(): raise EditRejected('empty', where('the guidance is empty', field='guidance'))
-    if len(text) > max_chars: raise EditRejected('too_long', where(f'the guidance has {len(text)} characters, over {max_chars}', field='guidance'))
-    return text.strip()
 
 # %% ../nbs/14_evolve.ipynb #489190bf
 async def momentum_guidance(pairs:Pairs, # `classify_pairs` of this R against the previous one

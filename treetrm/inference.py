@@ -9,7 +9,7 @@ from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import polars as pl
 from tqdm.auto import tqdm
-from .core import ConfigError, DataError, BudgetError, where, stable_seed, check_count
+from .core import ConfigError, DataError, BudgetError, where, stable_seed, check_count, Slots
 from .data import Question, VideoTree, load_trees
 from .llm import LLMProvider
 from .skills import load_skill_dir
@@ -17,11 +17,16 @@ from .agent import AgentResult, AgentPrompts, INFRA_STOP_REASONS, run_agent, loa
 from .log import HarnessLog, check_run_id
 
 # %% auto #0
-__all__ = ['FORMAT_HEALTH_LIMIT', 'step_record', 'prediction_row', 'trace_rows', 'failed_result', 'save_result',
+__all__ = ['FORMAT_HEALTH_LIMIT', 'failed_result', 'step_record', 'prediction_row', 'trace_rows', 'save_result',
            'InferenceSettings', 'answer_question', 'InferenceResult', 'answer_health', 'run_summary',
            'predictions_correctness', 'run_params', 'errored_question_ids', 'run_inference']
 
 # %% ../nbs/07_inference.ipynb #ac93fcc4
+def failed_result(question:Question, error:str, latency_s:float=0.0) -> AgentResult:
+    "The pessimistic record: stop reason 'error', no prediction."
+    return AgentResult(question.question_id, question.video_id, None, 'error', latency_s=latency_s, error=error)
+
+# %% ../nbs/07_inference.ipynb #b6256141
 def step_record(s) -> dict:
     "One agent turn as the dict stored in predictions and traces (its fields, shallow: the row is encoded to JSON at once)."
     return dict(vars(s))
@@ -33,15 +38,12 @@ def prediction_row(run_id:str, question:Question, result:AgentResult) -> dict:
                 stop_reason=result.stop_reason, steps_used=result.steps_used, tokens=result.tokens,
                 latency=result.latency_s, steps_json=[step_record(s) for s in result.steps])
 
+# %% ../nbs/07_inference.ipynb #61753cd4
 def trace_rows(run_id:str, question:Question, result:AgentResult) -> list[dict]:
     "The `traces` rows of one question: one per agent turn, then the closing result row."
     turns = [dict(run_id=run_id, question_id=question.question_id, step=s.index, role='agent', content=step_record(s)) for s in result.steps]
     closing = dict(evidence=result.evidence, reasoning=result.reasoning, usage=result.usage, n_calls=result.n_calls, error=result.error)
     return turns + [dict(run_id=run_id, question_id=question.question_id, step=-1, role='result', content=closing)]
-
-def failed_result(question:Question, error:str, latency_s:float=0.0) -> AgentResult:
-    "The pessimistic record: stop reason 'error', no prediction."
-    return AgentResult(question.question_id, question.video_id, None, 'error', latency_s=latency_s, error=error)
 
 # %% ../nbs/07_inference.ipynb #2116a889
 async def save_result(log:HarnessLog, run_id:str, question:Question, result:AgentResult) -> int:
@@ -94,6 +96,7 @@ class InferenceResult:
         "A warning when most answers were INFRA or read from unformatted replies (`answer_health`), else None."
         return answer_health(self.run_id, self.stop_reason_counts)
 
+# %% ../nbs/07_inference.ipynb #5bdb2a4b
 FORMAT_HEALTH_LIMIT = 0.5 # above this share of INFRA-or-unformatted answers a run is reported as unhealthy
 
 def answer_health(run_id:str, # the run
@@ -112,6 +115,7 @@ def answer_health(run_id:str, # the run
                     'a context-length error wants TREETRM_AGENT_CONTEXT_TOKENS set to the server\'s context')
     return f'run {run_id!r}: {bad} of {n} answers were not read from protocol replies ({by}). What to try: ' + '; '.join(tips) + '.'
 
+# %% ../nbs/07_inference.ipynb #a6481258
 def _per_task_type(p:pl.DataFrame) -> pl.DataFrame:
     "Accuracy, mean steps and INFRA count by task type."
     right = pl.col('correct').fill_null(False)
@@ -130,6 +134,7 @@ def run_summary(log:HarnessLog, # the harness log
                            float(p['steps_used'].mean() or 0.0), int(p['tokens'].sum() or 0), counts, float(cost),
                            sum(v for k,v in counts.items() if k in INFRA_STOP_REASONS))
 
+# %% ../nbs/07_inference.ipynb #698b9a51
 def predictions_correctness(log:HarnessLog, run_id:str) -> dict[str, bool]:
     "question_id -> correct for every prediction of `run_id` (a missing flag counts as wrong)."
     p = log.predictions(run_id)
@@ -153,16 +158,16 @@ def errored_question_ids(log:HarnessLog, run_id:str, questions:list[Question]) -
     return log.done_question_ids(run_id, [q.question_id for q in questions], stop_reason='error')
 
 # %% ../nbs/07_inference.ipynb #17b7bbb2
-async def _answer_and_save(q:Question, tree:VideoTree, s:InferenceSettings, log:HarnessLog, sem:asyncio.Semaphore, bar):
-    async with sem:
+async def _answer_and_save(q:Question, tree:VideoTree, s:InferenceSettings, log:HarnessLog, slots:Slots, bar):
+    async with slots.hold():
         result = await answer_question(q, tree, s)
         await save_result(log, s.run_id, q, result)
     bar.update(1)
 
 async def _run_all(todo:list[Question], trees:dict, s:InferenceSettings, log:HarnessLog, concurrency:int, bar):
     "Answer and persist every question in `todo`, at most `concurrency` at a time."
-    sem = asyncio.Semaphore(concurrency)
-    tasks = [asyncio.create_task(_answer_and_save(q, trees[q.video_id], s, log, sem, bar)) for q in todo]
+    slots = Slots(concurrency)
+    tasks = [asyncio.create_task(_answer_and_save(q, trees[q.video_id], s, log, slots, bar)) for q in todo]
     try: await asyncio.gather(*tasks)
     finally:
         for t in tasks: t.cancel()
