@@ -124,7 +124,8 @@ def peek_shadow(pairs:list, # paired outcomes in consumption order
     hit, n = peek_accepts(w, l, alpha)
     if hit:
         n = int(n)
-        return ShadowDecision('mcnemar_peek', 'accept', n, dict(w=int(w[n-1]), l=int(l[n-1]), p=float(p[n-1]), alpha=alpha))
+        detail = dict(w=int(w[n-1]), l=int(l[n-1]), p=float(p[n-1]), alpha=alpha)
+        return ShadowDecision('mcnemar_peek', 'accept', n, detail)
     last_w, last_l = (int(w[-1]), int(l[-1])) if len(pairs) else (0, 0)
     detail = dict(w=last_w, l=last_l, min_p=float(p.min()) if len(pairs) else 1.0, cap=cap, alpha=alpha)
     return ShadowDecision('mcnemar_peek', 'reject' if len(pairs) >= cap else 'unavailable', len(pairs), detail)

@@ -395,8 +395,8 @@ class PairBlock:
 def _check_outcome(arm, unit, value):
     "Raise `DataError` unless a unit outcome is a bool."
     if not isinstance(value, (bool, np.bool_)):
-        raise DataError(where(f'unit outcome must be True/False, got {value!r}', 'Fold questions to unit correctness first',
-                              arm=arm, unit=unit))
+        raise DataError(where(f'unit outcome must be True/False, got {value!r}',
+                              'Fold questions to unit correctness first', arm=arm, unit=unit))
 
 def pair_block(base:dict, # unit_id -> baseline arm correct
                cand:dict, # unit_id -> candidate arm correct
@@ -410,7 +410,8 @@ def pair_block(base:dict, # unit_id -> baseline arm correct
     observed = {}
     for unit in order:
         if unit not in base or unit not in cand: break
-        _check_outcome('base', unit, base[unit]); _check_outcome('cand', unit, cand[unit])
+        _check_outcome('base', unit, base[unit])
+        _check_outcome('cand', unit, cand[unit])
         observed[unit] = (bool(base[unit]), bool(cand[unit]))
     w, l = flip_counts(observed.values())
     return PairBlock(w, l, len(observed) - w - l, observed)
@@ -440,7 +441,8 @@ def classify_quadrants(base:dict, # unit_id -> baseline arm correct
                               'Classify the paired units only (see pair_block)', field='unit_id'))
     groups = {name: [] for name in QUADRANTS.values()}
     for unit, b in base.items():
-        _check_outcome('base', unit, b); _check_outcome('cand', unit, cand[unit])
+        _check_outcome('base', unit, b)
+        _check_outcome('cand', unit, cand[unit])
         groups[quadrant(b, cand[unit])].append(unit)
     return Quadrants(*groups.values())
 

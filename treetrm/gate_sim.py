@@ -27,7 +27,8 @@ def q_for_gain(gain:float, # true accuracy change Δ (e.g. 0.10 for +10 points)
               ) -> float:
     "q = P(W | discordant) for an accuracy change `gain` at a given discordance: (d + gain)/(2d)."
     if not 0 < discordance <= 1 or abs(gain) > discordance:
-        raise ConfigError(where(f'a gain of {gain} is impossible at discordance {discordance}', '|gain| <= discordance <= 1'))
+        raise ConfigError(where(f'a gain of {gain} is impossible at discordance {discordance}',
+                                '|gain| <= discordance <= 1'))
     return (discordance + gain) / (2*discordance)
 
 def simulate_ladders(n_ladders:int, # independent ladders (rows)
@@ -38,7 +39,8 @@ def simulate_ladders(n_ladders:int, # independent ladders (rows)
                      chunk:int=4096 # ladders generated at a time, to bound memory
                     ) -> np.ndarray:
     "Simulated per-unit differences D in {-1, 0, +1} (int8, shape n_ladders x cap)."
-    p_win, p_disc = np.broadcast_to(np.asarray(discordance)*np.asarray(q), (n_ladders, cap)), np.broadcast_to(discordance, (n_ladders, cap))
+    p_win = np.broadcast_to(np.asarray(discordance)*np.asarray(q), (n_ladders, cap))
+    p_disc = np.broadcast_to(discordance, (n_ladders, cap))
     out = np.empty((n_ladders, cap), dtype=np.int8)
     for s in range(0, n_ladders, chunk):
         u = rng.random((min(chunk, n_ladders - s), cap))
@@ -191,7 +193,8 @@ def fixed_n_power_n(discordance:float, # P(discordant) per unit
 # %% ../nbs/11b_gate_sim.ipynb #46b28305
 REFERENCE = {  # from the background study (gate_statistics.md), 20,000 Monte Carlo runs per cell or exact DP
     'headline': {'confirmed': 0.851, 'any_accept': 0.993, 'mean_units': 126, 'median_units': 110, 'fixed_n80': 134},
-    'null': {'d0.2': {'gate_confirmed': 0.025, 'peek': 0.154, 'fixed_n_at_cap': 0.037},   # gate: Table 3; fixed-n: exact (Table 1)
+    # null: gate from Table 3; fixed-n exact (Table 1)
+    'null': {'d0.2': {'gate_confirmed': 0.025, 'peek': 0.154, 'fixed_n_at_cap': 0.037},
              'd0.4': {'gate_confirmed': 0.028, 'peek': 0.196, 'fixed_n_at_cap': 0.040}},
     'savings': {'+10->+15': {'fixed_n': 134, 'gate_mean_units': 61, 'saving': 0.54},
                 '+5->+10': {'fixed_n': 527, 'gate_mean_units': 139, 'saving': 0.74},
@@ -274,18 +277,20 @@ def benchmark_table(bench:GateBenchmark) -> pl.DataFrame:
     "Reproduced numbers next to the reference numbers, one row per claim."
     s, ref = bench.summary, REFERENCE
     h, n2, n4 = s['headline'], s['null']['d0.2'], s['null']['d0.4']
-    rows = [('+10pt d=.2 cap 240: gate confirmed', h['gate']['accept_confirmed']['rate'], ref['headline']['confirmed']),
-            ('+10pt: gate any accept', h['gate']['any_accept']['rate'], ref['headline']['any_accept']),
-            ('+10pt: gate mean units', h['gate']['mean_units'], ref['headline']['mean_units']),
-            ('+10pt: gate median units', h['gate']['median_units'], ref['headline']['median_units']),
-            ('+10pt: fixed-n McNemar n for 80% power', h['fixed_n80'], ref['headline']['fixed_n80']),
-            ('null d=.2: gate false confirm', n2['gate']['accept_confirmed']['rate'], ref['null']['d0.2']['gate_confirmed']),
-            ('null d=.2: peeking McNemar', n2['peek']['accept']['rate'], ref['null']['d0.2']['peek']),
-            ('null d=.2: fixed-n McNemar at cap', n2['fixed_n']['accept']['rate'], ref['null']['d0.2']['fixed_n_at_cap']),
-            ('null d=.4: gate false confirm', n4['gate']['accept_confirmed']['rate'], ref['null']['d0.4']['gate_confirmed']),
-            ('null d=.4: peeking McNemar', n4['peek']['accept']['rate'], ref['null']['d0.4']['peek']),
+    rh, r2, r4 = ref['headline'], ref['null']['d0.2'], ref['null']['d0.4']
+    rows = [('+10pt d=.2 cap 240: gate confirmed', h['gate']['accept_confirmed']['rate'], rh['confirmed']),
+            ('+10pt: gate any accept', h['gate']['any_accept']['rate'], rh['any_accept']),
+            ('+10pt: gate mean units', h['gate']['mean_units'], rh['mean_units']),
+            ('+10pt: gate median units', h['gate']['median_units'], rh['median_units']),
+            ('+10pt: fixed-n McNemar n for 80% power', h['fixed_n80'], rh['fixed_n80']),
+            ('null d=.2: gate false confirm', n2['gate']['accept_confirmed']['rate'], r2['gate_confirmed']),
+            ('null d=.2: peeking McNemar', n2['peek']['accept']['rate'], r2['peek']),
+            ('null d=.2: fixed-n McNemar at cap', n2['fixed_n']['accept']['rate'], r2['fixed_n_at_cap']),
+            ('null d=.4: gate false confirm', n4['gate']['accept_confirmed']['rate'], r4['gate_confirmed']),
+            ('null d=.4: peeking McNemar', n4['peek']['accept']['rate'], r4['peek']),
             ('Ville worst case, 240 flips (exact)', s['ville_worst_case_240'], ref['ville_worst_case_240'])]
-    rows += [(f'saving {k} (gate mean vs fixed-n)', v['saving'], ref['savings'][k]['saving']) for k, v in s['savings'].items()]
+    rows += [(f'saving {k} (gate mean vs fixed-n)', v['saving'], ref['savings'][k]['saving'])
+             for k, v in s['savings'].items()]
     return pl.DataFrame(rows, schema=['claim', 'reproduced', 'reference'], orient='row')
 
 # %% ../nbs/11b_gate_sim.ipynb #c4f2fe96
@@ -293,20 +298,23 @@ def benchmark_report(bench:GateBenchmark) -> str:
     "The benchmark's headline claims as sentences, with the reproduced numbers (reference in brackets)."
     s, ref = bench.summary, REFERENCE
     h, n2 = s['headline'], s['null']['d0.2']
-    sv = '; '.join(f"{k}: {v['saving']:.0%} fewer ({v['gate_mean_units']:.0f} vs {v['fixed_n']}) [{ref['savings'][k]['saving']:.0%}]"
-                   for k, v in s['savings'].items())
+    hg, ex, rh, r2 = h['gate'], h['exact'], ref['headline'], ref['null']['d0.2']
+    sv = '; '.join(f"{k}: {v['saving']:.0%} fewer ({v['gate_mean_units']:.0f} vs {v['fixed_n']}) "
+                   f"[{ref['savings'][k]['saving']:.0%}]" for k, v in s['savings'].items())
     return '\n'.join([
-        f"At a 240-unit cap, a +10-point edit (discordance 0.2) is confirmed in {h['gate']['accept_confirmed']['rate']:.1%} "
-        f"[{ref['headline']['confirmed']:.1%}] of {s['n_ladders']} runs, after a mean of {h['gate']['mean_units']:.0f} "
-        f"[{ref['headline']['mean_units']}] and a median of {h['gate']['median_units']:.0f} [{ref['headline']['median_units']}] units "
-        f"(exact: {h['exact']['accept_confirmed']:.1%}, {h['exact']['mean_units']:.1f}, {h['exact']['median_units']}).",
-        f"Fixed-n exact McNemar needs {h['fixed_n80']} [{ref['headline']['fixed_n80']}] units for 80% power: the gate's median is "
+        f"At a 240-unit cap, a +10-point edit (discordance 0.2) is confirmed in {hg['accept_confirmed']['rate']:.1%} "
+        f"[{rh['confirmed']:.1%}] of {s['n_ladders']} runs, after a mean of {hg['mean_units']:.0f} "
+        f"[{rh['mean_units']}] and a median of {hg['median_units']:.0f} [{rh['median_units']}] units "
+        f"(exact: {ex['accept_confirmed']:.1%}, {ex['mean_units']:.1f}, {ex['median_units']}).",
+        f"Fixed-n exact McNemar needs {h['fixed_n80']} [{rh['fixed_n80']}] units for 80% power: the gate's median is "
         f"{h['saving_vs_n80_median']:.0%} fewer, its mean {h['saving_vs_n80_mean']:.0%} fewer.",
-        f"Null edits (d = 0.2): the gate false-confirms {n2['gate']['accept_confirmed']['rate']:.1%} [{ref['null']['d0.2']['gate_confirmed']:.1%}], "
-        f"peeking McNemar {n2['peek']['accept']['rate']:.1%} [{ref['null']['d0.2']['peek']:.1%}], fixed-n at the cap "
-        f"{n2['fixed_n']['accept']['rate']:.1%}, GEPA's 3-unit rule {n2['gepa']['accept']['rate']:.1%}.",
+        f"Null edits (d = 0.2): the gate false-confirms {n2['gate']['accept_confirmed']['rate']:.1%} "
+        f"[{r2['gate_confirmed']:.1%}], peeking McNemar {n2['peek']['accept']['rate']:.1%} [{r2['peek']:.1%}], "
+        f"fixed-n at the cap {n2['fixed_n']['accept']['rate']:.1%}, "
+        f"GEPA's 3-unit rule {n2['gepa']['accept']['rate']:.1%}.",
         f"True gain 1.5-3x the design gain (gate cap = 2 x design n): {sv}.",
-        f"Exact worst-case Ville crossing over 240 flips: {s['ville_worst_case_240']:.4f} [{ref['ville_worst_case_240']}] <= {1/20:.2f}."])
+        f"Exact worst-case Ville crossing over 240 flips: {s['ville_worst_case_240']:.4f} "
+        f"[{ref['ville_worst_case_240']}] <= {1/20:.2f}."])
 
 # %% ../nbs/11b_gate_sim.ipynb #f3cb047a
 def plot_stopping_times(bench:GateBenchmark):
@@ -319,7 +327,8 @@ def plot_stopping_times(bench:GateBenchmark):
     n80 = bench.summary['headline']['fixed_n80']
     ax.axvline(n80, color='k', ls='--', lw=1, label=f'fixed-n, 80% power ({n80})')
     ax.set(xlabel='units used by the gate', ylabel='density', title='Stopping time, cap 240, discordance 0.2')
-    ax.legend(frameon=False); fig.tight_layout()
+    ax.legend(frameon=False)
+    fig.tight_layout()
     return fig
 
 def plot_power_curves(bench:GateBenchmark):
@@ -329,13 +338,16 @@ def plot_power_curves(bench:GateBenchmark):
     g = c['gain'].to_numpy()*100
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=150)
     for col, label in (('gate_confirmed', 'gate: confirmed'), ('gate_any_accept', 'gate: any accept'),
-                       ('fixed_n_accept', 'fixed-n McNemar @240'), ('peek_accept', 'peeking McNemar'), ('gepa_accept', 'GEPA (3 units)')):
+                       ('fixed_n_accept', 'fixed-n McNemar @240'), ('peek_accept', 'peeking McNemar'),
+                       ('gepa_accept', 'GEPA (3 units)')):
         a1.plot(g, c[col].to_numpy(), marker='o', ms=3, label=label)
     a1.axhline(0.05, color='grey', lw=0.8, ls=':')
-    a1.set(xlabel='true gain (accuracy points)', ylabel='P(accept)', title='Accept rate'); a1.legend(frameon=False, fontsize=8)
+    a1.set(xlabel='true gain (accuracy points)', ylabel='P(accept)', title='Accept rate')
+    a1.legend(frameon=False, fontsize=8)
     a2.plot(g, c['gate_mean_units'].to_numpy(), marker='o', ms=3, label='gate: mean')
     a2.plot(g, c['gate_median_units'].to_numpy(), marker='s', ms=3, label='gate: median')
     a2.axhline(240, color='k', lw=0.8, ls='--', label='fixed-n @240')
-    a2.set(xlabel='true gain (accuracy points)', ylabel='units used', title='Evaluation cost'); a2.legend(frameon=False, fontsize=8)
+    a2.set(xlabel='true gain (accuracy points)', ylabel='units used', title='Evaluation cost')
+    a2.legend(frameon=False, fontsize=8)
     fig.tight_layout()
     return fig
