@@ -360,7 +360,8 @@ def gate_log_rows(outcomes:Mapping[str, ValidationOutcome], run_id:str, gate_id:
     "harness.db rows of a finished round: table name -> rows."
     ids = dict(run_id=run_id, gate_id=gate_id)
     return {'gate_evidence': [ids | r for o in outcomes.values() for r in o.evidence],
-            'quadrant_pairs': [ids | dict(task_type=tt, unit_id=u, quadrant=quadrant(*bc)) for tt, o in outcomes.items() for u, bc in o.paired.items()],
+            'quadrant_pairs': [ids | dict(task_type=tt, unit_id=u, quadrant=quadrant(*bc))
+                               for tt, o in outcomes.items() for u, bc in o.paired.items()],
             'shadow_gate': [ids | dict(task_type=tt, rule=s.rule, decision=s.decision, n_used=s.n_used, detail=s.detail)
                             for tt, o in outcomes.items() for s in o.shadows]}
 
