@@ -7,7 +7,8 @@ from hypothesis import given, settings, assume, strategies as st
 from treetrm.core import ConfigError, TreeTrmError
 from treetrm.gate import (GateParams, GateInputError, gate_decision, e_value_plus, e_value_minus, log_e_value_plus,
                           log_e_value_minus, mcnemar_exact_one_sided, pair_block, classify_quadrants, DECISION_RANK,
-                          gate_tables, _rule_from_tables, RULE_DECISIONS, _UNREACHABLE)
+                          RULE_DECISIONS, EXIT_INDEX)
+from treetrm.gate_sim import gate_tables, exit_from_tables
 
 LOG20 = math.log(20)
 
@@ -70,7 +71,7 @@ def test_decision_monotone_exhaustive_small_ladders():
     for n in range(121):
         valid = w + l <= n
         for rem in (0, 1, 2, 5, 20, 60, 120):
-            r = to_rank[_rule_from_tables(t, w, l, n, rem, params)]
+            r = to_rank[exit_from_tables(t, w, l, n, rem, params)]
             r = np.where(valid, r, -1)
             ok_w = (r[1:, :] >= r[:-1, :]) | ~valid[1:, :]   # one more win never lowers the decision
             ok_l = (r[:, 1:] <= r[:, :-1]) | ~valid[:, 1:]   # one more loss never raises it
@@ -95,7 +96,7 @@ def test_futility_exact_exhaustive():
     n_checked = n_futile = 0
     for n in range(121):
         wv, lv = w[w + l <= n][None, :], l[w + l <= n][None, :]
-        futile = _rule_from_tables(t, wv, lv, n, rem, params) == _UNREACHABLE
+        futile = exit_from_tables(t, wv, lv, n, rem, params) == EXIT_INDEX['unreachable']
         assert not (futile & (best[:, wv[0], lv[0]] >= LOG20)).any(), n
         assert (t.log_ep[wv + rem, lv][futile] < LOG20).all()
         n_checked += futile.size; n_futile += futile.sum()
@@ -116,7 +117,7 @@ def test_futility_scalar(s):
 def test_scalar_and_vectorised_rule_agree(s):
     w, l, n, rem = s
     t = gate_tables(n + rem)
-    r = _rule_from_tables(t, np.array([w]), np.array([l]), n, rem, GateParams())
+    r = exit_from_tables(t, np.array([w]), np.array([l]), n, rem, GateParams())
     assert RULE_DECISIONS[int(r[0])] == gate_decision(w, l, n, rem).decision
 
 @settings(deadline=None)

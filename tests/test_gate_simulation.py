@@ -2,9 +2,10 @@
 import itertools, math
 import numpy as np
 import pytest
-from treetrm.gate import (GateParams, simulate_ladders, run_rules, summarise_rules, gate_paths, gate_tables,
-                          gate_outcome_distribution, distribution_summary, ville_crossing_probability,
-                          fixed_n_power, fixed_n_power_n, q_for_gain, e_value_plus, log_e_value_plus, RULE_DECISIONS)
+from treetrm.gate import GateParams, e_value_plus, log_e_value_plus, RULE_DECISIONS
+from treetrm.gate_sim import (simulate_ladders, run_rules, summarise_rules, gate_paths, gate_tables,
+                              gate_outcome_distribution, distribution_summary, ville_crossing_probability,
+                              fixed_n_power, fixed_n_power_n, q_for_gain)
 
 N = 20_000
 ALPHA = 0.05

@@ -16,17 +16,17 @@ from .core import ConfigError, DataError, InfraError, TreeTrmError, Slots, check
 from .data import QuestionUnit, unit_correct
 from .skills import DEFAULT_SKILL, Edit, apply_edit, parse_edit, skill_slug, load_skill_dir, route_skills
 from .agent import INFRA_STOP_REASONS
-from .gate import (GateParams, flip_counts, more_wins, mcnemar_accepts, probation_decision, PROBATION_ACTIONS,
+from .gate import (GateParams, flip_counts, probation_decision, PROBATION_ACTIONS, QUADRANTS, quadrant,
                           GateVerdict, gate_decision, mcnemar_exact_one_sided, log_e_value_plus, log_e_value_minus)
+from .anchor_rules import SHADOW_RULES, ShadowDecision, shadow_decisions
 from .ladder import GATE_RUN_MARK, GatePools, Ladder, ladder_units, skill_hash
 
 # %% auto #0
-__all__ = ['ARMS', 'Evaluate', 'CONSUME_MODES', 'SHADOW_RULES', 'QUADRANTS', 'UnitOutcome', 'scripted_evaluator',
-           'candidates_root', 'materialise_candidate', 'materialised_candidates', 'TypeGate', 'ShadowDecision',
-           'gepa_shadow', 'fixed_n_shadow', 'peek_shadow', 'shadow_decisions', 'ValidationOutcome', 'gate_outcome',
-           'launch_order', 'InfraGuard', 'base_skills_sha', 'base_view_sha', 'gate_log_rows',
-           'validate_skills_concurrent', 'gate_summary', 'Probation', 'open_probation', 'settle_probation',
-           'continue_probation', 'gate_run_id', 'unit_outcome_from_predictions', 'inference_evaluator']
+__all__ = ['ARMS', 'Evaluate', 'CONSUME_MODES', 'UnitOutcome', 'scripted_evaluator', 'candidates_root', 'materialise_candidate',
+           'materialised_candidates', 'TypeGate', 'ValidationOutcome', 'gate_outcome', 'launch_order', 'InfraGuard',
+           'base_skills_sha', 'base_view_sha', 'gate_log_rows', 'validate_skills_concurrent', 'gate_summary',
+           'Probation', 'open_probation', 'settle_probation', 'continue_probation', 'gate_run_id',
+           'unit_outcome_from_predictions', 'inference_evaluator']
 
 # %% ../nbs/13_validate.ipynb #a2caba9b
 ARMS = ('base', 'cand') # the two arms of a gate: base skills, candidate skills
@@ -157,7 +157,11 @@ def _consume(self:TypeGate, rank:int):
     b, c = self.base[rank], self.cand[rank]
     self.consumed.append(rank)
     if b.infra or c.infra: self.n_excluded += 1
-    else: self.w += (not b.correct) and c.correct; self.l += b.correct and not c.correct; self.n_used += 1
+    else:
+        w, l = flip_counts([(b.correct, c.correct)])
+        self.w += w
+        self.l += l
+        self.n_used += 1
     if self.n_used: self.verdict = gate_decision(self.w, self.l, self.n_used, self.n_remaining, self.params)
     self.rows.append(self._evidence_row(rank, b, c))
 
@@ -171,57 +175,6 @@ def _evidence_row(self:TypeGate, rank:int, b:UnitOutcome, c:UnitOutcome) -> dict
                 w=self.w, l=self.l, n_used=self.n_used, e_value=None if v is None else v.e_value,
                 e_value_harm=None if v is None else v.e_value_harm,
                 decision=decision)
-
-# %% ../nbs/13_validate.ipynb #0db0ac9b
-SHADOW_RULES = ('gepa_first3', 'mcnemar_fixed_n', 'mcnemar_peek')
-
-@dataclass(frozen=True)
-class ShadowDecision:
-    "What another gating rule would have decided on the same outcomes."
-    rule: str # one of SHADOW_RULES
-    decision: str # 'accept', 'reject', or 'unavailable' (needs more units than the real gate consumed)
-    n_used: int # units the rule looked at
-    detail: dict = field(default_factory=dict) # the numbers behind it
-
-def gepa_shadow(pairs:list, # (base_correct, cand_correct) of paired units, in consumption order
-                n_first:int=3 # units GEPA looks at
-               ) -> ShadowDecision:
-    "GEPA's rule: accept iff the candidate gets strictly more of the first `n_first` units right."
-    head = pairs[:n_first]
-    detail = dict(base_right=sum(b for b, _ in head), cand_right=sum(c for _, c in head), n_first=n_first)
-    if len(head) < n_first: return ShadowDecision('gepa_first3', 'unavailable', len(head), detail)
-    return ShadowDecision('gepa_first3', 'accept' if more_wins(*flip_counts(head)) else 'reject', n_first, detail)
-
-# %% ../nbs/13_validate.ipynb #f7f7c039
-def fixed_n_shadow(pairs:list, # paired outcomes in consumption order
-                   cap:int, # units the fixed-n test uses: the ladder less excluded units
-                   alpha:float=0.05 # one-sided level
-                  ) -> ShadowDecision:
-    "Exact one-sided McNemar at the ladder cap; `unavailable` when fewer than `cap` units were consumed."
-    w, l = flip_counts(pairs)
-    p = float(mcnemar_exact_one_sided(w, l))
-    verdict = 'accept' if mcnemar_accepts(w, l, alpha) else 'reject'
-    detail = dict(w=w, l=l, p=p, cap=cap, alpha=alpha)
-    if len(pairs) < cap: return ShadowDecision('mcnemar_fixed_n', 'unavailable', len(pairs), detail | dict(prefix_decision=verdict))
-    return ShadowDecision('mcnemar_fixed_n', verdict, len(pairs), detail)
-
-def peek_shadow(pairs:list, # paired outcomes in consumption order
-                cap:int, # the ladder less excluded units
-                alpha:float=0.05 # one-sided level, re-used after every unit
-               ) -> ShadowDecision:
-    "McNemar re-tested after every unit: accept at the first prefix with p <= alpha."
-    d = np.array([(c and not b) - (b and not c) for b, c in pairs], dtype=int)
-    w, l = np.cumsum(d == 1), np.cumsum(d == -1)
-    p = mcnemar_exact_one_sided(w, l) if len(pairs) else np.array([])
-    if (hits := np.flatnonzero(mcnemar_accepts(w, l, alpha))).size:
-        n = int(hits[0]) + 1
-        return ShadowDecision('mcnemar_peek', 'accept', n, dict(w=int(w[n-1]), l=int(l[n-1]), p=float(p[n-1]), alpha=alpha))
-    detail = dict(w=int(w[-1]) if len(pairs) else 0, l=int(l[-1]) if len(pairs) else 0, min_p=float(p.min()) if len(pairs) else 1.0, cap=cap, alpha=alpha)
-    return ShadowDecision('mcnemar_peek', 'reject' if len(pairs) >= cap else 'unavailable', len(pairs), detail)
-
-def shadow_decisions(pairs:list, cap:int, alpha:float=0.05) -> tuple[ShadowDecision, ...]:
-    "All shadow rules on the same paired outcomes."
-    return gepa_shadow(pairs), fixed_n_shadow(pairs, cap, alpha), peek_shadow(pairs, cap, alpha)
 
 # %% ../nbs/13_validate.ipynb #07dc3e45
 @dataclass(frozen=True)
@@ -403,13 +356,12 @@ def _workspace(base_skills_dir:Path, workspace) -> Path:
     return base_skills_dir.parent.parent
 
 # %% ../nbs/13_validate.ipynb #6dcf579f
-QUADRANTS = {(False, True): 'improvement', (True, False): 'regression', (False, False): 'persistent_fail', (True, True): 'stable_success'}
-
 def gate_log_rows(outcomes:Mapping[str, ValidationOutcome], run_id:str, gate_id:str) -> dict[str, list[dict]]:
     "harness.db rows of a finished round: table name -> rows."
     ids = dict(run_id=run_id, gate_id=gate_id)
     return {'gate_evidence': [ids | r for o in outcomes.values() for r in o.evidence],
-            'quadrant_pairs': [ids | dict(task_type=tt, unit_id=u, quadrant=QUADRANTS[bc]) for tt, o in outcomes.items() for u, bc in o.paired.items()],
+            'quadrant_pairs': [ids | dict(task_type=tt, unit_id=u, quadrant=quadrant(*bc))
+                               for tt, o in outcomes.items() for u, bc in o.paired.items()],
             'shadow_gate': [ids | dict(task_type=tt, rule=s.rule, decision=s.decision, n_used=s.n_used, detail=s.detail)
                             for tt, o in outcomes.items() for s in o.shadows]}
 
