@@ -17,7 +17,7 @@ __all__ = ['BACKENDS', 'DEMO_WORLD', 'register_backend', 'resolve_reference', 'm
 BACKENDS: dict[str, Callable|str] = {}  # backend name -> its providers factory, or a 'module:function' reference to it
 
 def register_backend(name:str, # the name `make_providers` is called with, e.g. 'sim'
-                     factory:Callable|str # `factory(roles, world_dir, seed, **kw) -> {role: provider}`, or 'module:function'
+                     factory:Callable|str # `factory(roles, world_dir, seed, **kw) -> {role: provider}`, or a reference
                     ) -> None:
     "Make `make_providers(name, ...)` build its providers with `factory`."
     BACKENDS[name] = factory
@@ -28,7 +28,7 @@ def resolve_reference(ref:Callable|str) -> Callable: # an object, or a 'module:f
     module, _, name = ref.partition(':')
     return getattr(importlib.import_module(module), name)
 
-def make_providers(backend:str='sim', # a registered backend: 'sim' (offline planted-truth world), 'openai' (any endpoint)
+def make_providers(backend:str='sim', # a registered backend: 'sim' (offline planted-truth world) or 'openai'
                    world_dir:str|Path|None=None, # sim: the world the roles read (None: the demo world)
                    roles=('agent', 'judge'), # which roles to build
                    seed:int=0, # sim: base seed of the roles

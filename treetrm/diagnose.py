@@ -358,8 +358,9 @@ async def diagnose(questions:list[Question], # the benchmark (at least every que
     new = [p for p in todo if p['question_id'] not in done]
     trees = load_trees(trees_dir, sorted({p['video_id'] for p in new})) if trees_dir is not None and new else {}
     slots = Slots(concurrency)
-    verdicts = await _gather_all(_judge_one(p, by_id[p['question_id']], judge, skills, prompts, baseline_run_id, fp, expected, log, parse_retries, slots,
-                                            trees.get(p['video_id'])) for p in new)
+    verdicts = await _gather_all(_judge_one(p, by_id[p['question_id']], judge, skills, prompts, baseline_run_id, fp,
+                                            expected, log, parse_retries, slots, trees.get(p['video_id']))
+                                 for p in new)
     return DiagnosisResult(fp, log.frame('diagnosis_signals', baseline_run_id, diag_fingerprint=fp), n_t0, len(new), len(todo) - len(new),
                            sum(v.diagnosis is None for v in verdicts), sum(v.attempts for v in verdicts))
 

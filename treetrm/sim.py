@@ -190,7 +190,8 @@ def world_questions(world_dir:str|Path|None=None # a world folder (None: the dem
     "(video_id, question text) -> Question of a world, cached per folder."
     d = world_path(world_dir)
     key = world_key(d)
-    if key not in _QUESTION_INDEX: _QUESTION_INDEX[key] = {(q.video_id, q.question): q for q in load_questions(d/'questions.jsonl')}
+    if key not in _QUESTION_INDEX:
+        _QUESTION_INDEX[key] = {(q.video_id, q.question): q for q in load_questions(d/'questions.jsonl')}
     return _QUESTION_INDEX[key]
 
 _TREES: dict = {}

@@ -39,7 +39,7 @@ class SimEcho:
 ROLE_FACTORIES: dict[str, Callable|str] = {}
 
 def register_role(name:str, # the model name that selects the role, e.g. 'sim-agent'
-                  factory:Callable|str # `factory(world_dir, seed) -> LLMProvider`, or a 'module:function' reference to it
+                  factory:Callable|str # `factory(world_dir, seed) -> LLMProvider`, or a 'module:function' reference
                  ) -> None:
     "Make model name `name` answerable by the sim backend and server."
     ROLE_FACTORIES[name] = factory
@@ -229,9 +229,11 @@ def judge_truth(signals:pl.DataFrame, # diagnosis_signals rows
     for s in signals.filter(pl.col('tier').is_in(['T1', 'T2'])).to_dicts():
         pay = json.loads(s['payload'] or '{}')
         truth = true_diagnosis(world, pay['context'], pay.get('skill_text', '') + '\n' + json.dumps(pay['context']))
-        rows.append(dict(question_id=s['question_id'], task_type=pay.get('task_type'), judge_tier=s['tier'], true_tier=truth['tier'],
-                         judge_error_type=s['error_type'], true_error_type=truth['error_type']))
-    schema = {c: pl.String for c in ('question_id', 'task_type', 'judge_tier', 'true_tier', 'judge_error_type', 'true_error_type')}
+        rows.append(dict(question_id=s['question_id'], task_type=pay.get('task_type'), judge_tier=s['tier'],
+                         true_tier=truth['tier'], judge_error_type=s['error_type'],
+                         true_error_type=truth['error_type']))
+    names = ('question_id', 'task_type', 'judge_tier', 'true_tier', 'judge_error_type', 'true_error_type')
+    schema = {c: pl.String for c in names}
     return pl.DataFrame(rows, schema=schema)
 
 def judge_agreement(signals:pl.DataFrame, # diagnosis_signals rows
@@ -239,9 +241,11 @@ def judge_agreement(signals:pl.DataFrame, # diagnosis_signals rows
                    ) -> pl.DataFrame:
     "Confusion counts (what, truth, judged, n, agree) of tier and error type against the world's truth."
     t = judge_truth(signals, world_dir)
-    parts = [t.group_by(truth=f'true_{w}', judged=f'judge_{w}').agg(n=pl.len()).with_columns(what=pl.lit(w)) for w in ('tier', 'error_type')]
+    parts = [t.group_by(truth=f'true_{w}', judged=f'judge_{w}').agg(n=pl.len()).with_columns(what=pl.lit(w))
+             for w in ('tier', 'error_type')]
     return (pl.concat(parts).with_columns(agree=pl.col('truth') == pl.col('judged'))
-              .select('what', 'truth', 'judged', 'n', 'agree').sort('what', 'truth', 'judged', descending=[True, False, False]))
+              .select('what', 'truth', 'judged', 'n', 'agree')
+              .sort('what', 'truth', 'judged', descending=[True, False, False]))
 
 # %% ../nbs/03b_sim_roles.ipynb #1ed14a6a
 SIM_MODELS = {'agent': 'sim-agent', 'judge': 'sim-judge', 'evolver': 'sim-evolver'}
