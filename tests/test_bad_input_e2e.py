@@ -16,9 +16,12 @@ from treetrm.inference import run_inference
 from treetrm.llm import LLMResponse, load_role_config
 from treetrm.log import HarnessLog
 from treetrm.runner import DEFAULT_SPLIT, Runner
-from treetrm.sim import SimAgent, make_role, make_world
+from treetrm.sim import make_world
+from treetrm.sim_agent import SimAgent
+from treetrm.sim_roles import make_role
 from treetrm.skills import REJECT_REASONS
-from treetrm.split import make_providers, run_split
+from treetrm.backends import make_providers
+from treetrm.split import run_split
 
 ROOT = project_root()
 CORPUS = ROOT/'tests'/'bad_inputs'

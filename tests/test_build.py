@@ -14,7 +14,7 @@ from treetrm.video import make_synthetic_videos, parse_subtitles, read_barcode, 
 from treetrm.core import DataError, project_root
 from treetrm.data import frame_path, load_questions, load_tree
 from treetrm.llm import LLMResponse, OpenAIProvider, RoleConfig
-from treetrm.sim import Faults, serve
+from treetrm.sim_server import Faults, serve
 
 ROOT = project_root()
 SECONDS, SHOTS = 6.0, 3  # each synthetic clip: 3 shots of 6 s, so cuts at 6 s and 12 s

@@ -9,7 +9,8 @@ from treetrm.data import load_questions
 from treetrm.diagnose import diagnose
 from treetrm.llm import OpenAIProvider, RoleConfig
 from treetrm.log import HarnessLog
-from treetrm.sim import Faults, make_world, serve
+from treetrm.sim import make_world
+from treetrm.sim_server import Faults, serve
 
 SKILLS = project_root()/'prompts'/'skills'
 

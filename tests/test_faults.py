@@ -15,7 +15,10 @@ from treetrm.inference import run_inference
 from treetrm.ladder import Ladder
 from treetrm.llm import OpenAIProvider, RoleConfig
 from treetrm.log import HarnessLog
-from treetrm.sim import FAULT_KINDS, Faults, SimAgent, make_role, make_world, serve
+from treetrm.sim import make_world
+from treetrm.sim_agent import SimAgent
+from treetrm.sim_roles import make_role
+from treetrm.sim_server import FAULT_KINDS, Faults, serve
 from treetrm.skills import skill_file
 from treetrm.validate import gate_run_id, inference_evaluator, materialise_candidate, validate_skills_concurrent
 

@@ -7,7 +7,9 @@ from treetrm.data import load_questions
 from treetrm.inference import run_inference
 from treetrm.llm import OpenAIProvider, load_role_config
 from treetrm.log import HarnessLog
-from treetrm.sim import SimAgent, ensure_demo_world, load_world, serve
+from treetrm.sim import ensure_demo_world, load_world
+from treetrm.sim_agent import SimAgent
+from treetrm.sim_server import serve
 
 DEMO = ensure_demo_world()
 

@@ -7,7 +7,7 @@ import pytest
 
 from treetrm.core import InfraError
 from treetrm.llm import OpenAIProvider, ResponseCache, RoleConfig, TELEMETRY_KEYS
-from treetrm import sim
+from treetrm import sim_server
 from treetrm.log import HarnessLog
 
 FAKE_KEY = 'sk-test-not-a-real-key-0123456789'  # must never show in rows or errors
@@ -35,7 +35,7 @@ def assert_no_key(rows, errors=()):
 
 def test_clean_run():
     rows = []
-    with sim.serve() as server:
+    with sim_server.serve() as server:
         p = OpenAIProvider(config(server), telemetry=rows.append, run_id='clean')
         out = asyncio.run(run_calls(p, 50))
         assert out == [f'question number {i}' for i in range(50)]
@@ -46,13 +46,13 @@ def test_clean_run():
     assert all(r['prompt_tokens'] > 0 and r['completion_tokens'] > 0 and r['latency_s'] > 0 for r in rows)
     assert_no_key(rows)
 
-FAULTS = sim.Faults(rate_429=0.07, rate_500=0.07, rate_hang=0.05, rate_malformed=0.06, rate_empty=0.05,  # 30% in all
-                    retry_after_s=0.15, hang_s=3.0, seed=11)
+FAULTS = sim_server.Faults(rate_429=0.07, rate_500=0.07, rate_hang=0.05, rate_malformed=0.06,  # 30% in all
+                           rate_empty=0.05, retry_after_s=0.15, hang_s=3.0, seed=11)
 
 def test_faults_every_call_accounted_for(tmp_path):
     n, rows, log = 80, [], HarnessLog(tmp_path/'harness.db')
     def telemetry(row): rows.append(row); log.record_llm_call(row)  # what the runner wires up
-    with sim.serve(faults=FAULTS) as server:
+    with sim_server.serve(faults=FAULTS) as server:
         p = OpenAIProvider(config(server, timeout_s=1.0), telemetry=telemetry, run_id='faults')
         t0 = time.monotonic(); out = asyncio.run(run_calls(p, n)); took = time.monotonic() - t0
         stats = server.stats
@@ -68,7 +68,7 @@ def test_faults_every_call_accounted_for(tmp_path):
     assert sum(r['attempt'] for r in rows) == stats['requests']
     assert Counter(r['status'] for r in rows) == Counter({'ok': n - len(errors), 'error': len(errors)})
     # faults of every kind really happened and were retried
-    for kind in sim.FAULT_KINDS: assert stats[kind] > 0, (kind, stats)
+    for kind in sim_server.FAULT_KINDS: assert stats[kind] > 0, (kind, stats)
     retried = [r for r in rows if r['attempt'] > 1]
     assert len(retried) >= 10, stats
     assert stats['requests'] > n
@@ -77,7 +77,7 @@ def test_faults_every_call_accounted_for(tmp_path):
 
 def test_retry_after_is_honoured():
     rows = []
-    with sim.serve(faults=sim.Faults(rate_429=1.0, retry_after_s=0.3)) as server:
+    with sim_server.serve(faults=sim_server.Faults(rate_429=1.0, retry_after_s=0.3)) as server:
         p = OpenAIProvider(config(server, max_retries=2, breaker_threshold=10), telemetry=rows.append)
         t0 = time.monotonic(); out = asyncio.run(run_calls(p, 1)); took = time.monotonic() - t0
         assert server.stats['requests'] == 3
@@ -93,7 +93,7 @@ async def outage_then_recovery(port:int, rows:list) -> list:
         try: out = (await p.chat(messages(i))).content
         except InfraError as e: out = e
         return out, time.monotonic() - t0
-    down, down_open = sim.serve(port=port, faults=sim.Faults(rate_500=1.0)), True
+    down, down_open = sim_server.serve(port=port, faults=sim_server.Faults(rate_500=1.0)), True
     cfg = config(down, max_retries=1, breaker_threshold=3, breaker_cooldown_s=0.5)
     p = OpenAIProvider(cfg, telemetry=rows.append)
     try:
@@ -103,7 +103,7 @@ async def outage_then_recovery(port:int, rows:list) -> list:
         await asyncio.sleep(0.55)
         events.append(('probe-fails', *await call(4), down.stats['requests'], p.breaker.state))
         down.close(); down_open = False
-        with sim.serve(port=port) as up:
+        with sim_server.serve(port=port) as up:
             events.append(('still-open', *await call(5), up.stats['requests']))
             await asyncio.sleep(0.55)
             events.append(('probe-ok', *await call(6), up.stats['requests'], p.breaker.state))
@@ -114,7 +114,7 @@ async def outage_then_recovery(port:int, rows:list) -> list:
     return events
 
 def test_breaker_opens_fails_fast_and_closes():
-    with sim.serve() as probe: port = probe.port  # a free port for the outage and the healthy server
+    with sim_server.serve() as probe: port = probe.port  # a free port for the outage and the healthy server
     rows = []
     ev = asyncio.run(asyncio.wait_for(outage_then_recovery(port, rows), WHOLE_TEST_S))
     *failed, opened, fast, probe_fails, still_open, probe_ok, closed = ev
@@ -136,7 +136,7 @@ def test_breaker_opens_fails_fast_and_closes():
 
 def test_second_run_served_from_cache(tmp_path):
     rows1, rows2 = [], []
-    with sim.serve() as server:
+    with sim_server.serve() as server:
         cache = ResponseCache(tmp_path/'llm_cache.sqlite')
         first = asyncio.run(run_calls(OpenAIProvider(config(server), cache=cache, telemetry=rows1.append), 30))
         after_first = server.stats['requests']

@@ -9,7 +9,8 @@ import pytest
 
 from treetrm.core import project_root
 from treetrm.runner import DEFAULT_SPLIT
-from treetrm.sim import make_world, serve
+from treetrm.sim import make_world
+from treetrm.sim_server import serve
 
 ROOT = project_root()
 # not key-shaped (no 'sk-' prefix), so only real redaction can keep it out, not the key-shape pattern

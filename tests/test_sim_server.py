@@ -2,7 +2,7 @@
 import json, subprocess, sys, threading, time, urllib.error, urllib.request
 from pathlib import Path
 import pytest
-from treetrm.sim import FAULT_KINDS, Faults, SimServer, serve
+from treetrm.sim_server import FAULT_KINDS, Faults, SimServer, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 HELLO = {'model': 'sim-echo', 'messages': [{'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': 'ping 42'}]}
@@ -108,7 +108,8 @@ def test_openai_client_against_server(threads_before):
     assert text == 'hi there' and total > 0
 
 def test_cli_serves_from_a_terminal():
-    proc = subprocess.Popen([sys.executable, '-m', 'treetrm.sim', 'serve', '--port', '0'], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, '-m', 'treetrm.sim_server', 'serve', '--port', '0'], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         url = line.split(' at ')[1].split()[0]

@@ -11,9 +11,10 @@ import pytest
 from treetrm.core import project_root
 from treetrm.data import load_questions
 from treetrm.inference import run_inference
-from treetrm.llm import OpenAIProvider, RoleConfig, endpoint_semaphore
+from treetrm.llm import OpenAIProvider, RoleConfig, endpoint_slots
 from treetrm.log import HarnessLog
-from treetrm.sim import QUESTIONS_PER_VIDEO, make_world
+from treetrm.sim_video import QUESTIONS_PER_VIDEO
+from treetrm.sim import make_world
 
 N, C = 2000, 64
 LATENCY_S, JITTER_S = 0.75, 0.6  # per call: uniform in [L - J, L + J], mean L
@@ -30,7 +31,7 @@ RSS_LIMIT_MB = 1024
 # harness's GIL (a served model is another process too).
 SERVER = '''
 import random, sys, threading
-from treetrm.sim import SimServer
+from treetrm.sim_server import SimServer
 class JitterServer(SimServer):
     "SimServer whose latency is drawn per request, uniform in [mean - jitter, mean + jitter]."
     rng, lock = random.Random(0), threading.Lock()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from treetrm.sim import make_providers
+from treetrm.backends import make_providers
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from treetrm.core import ConfigError, DataError, TreeTrmError, project_root, read_json, sha256_file

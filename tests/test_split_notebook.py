@@ -7,7 +7,8 @@ import pytest
 from treetrm.core import ConfigError, project_root, read_json, sha256_file
 from treetrm.sim import make_world
 from treetrm.log import HarnessLog
-from treetrm.split import POOLS, load_split, make_providers
+from treetrm.backends import make_providers
+from treetrm.split import POOLS, load_split
 
 ROOT = project_root()
 NB = ROOT/'nbs'/'split.ipynb'

@@ -5,7 +5,9 @@ import pytest
 from treetrm.core import BudgetError, CallBudget
 from treetrm.loop_bench import GRID_TYPES, DEFAULT_GRID_SPLIT
 from treetrm.runner import Runner, CALL_BUDGET
-from treetrm.sim import make_world, SimAgent, SimJudge, SimEvolver
+from treetrm.sim import make_world
+from treetrm.sim_agent import SimAgent
+from treetrm.sim_roles import SimJudge, SimEvolver
 
 SPLIT = dict(DEFAULT_GRID_SPLIT, val_wrong_min=2)
 
@@ -49,7 +51,7 @@ def test_budget_is_refused_before_the_call():
     token = CALL_BUDGET.set(b)
     try:
         from treetrm.runner import RecordedProvider
-        from treetrm.sim import SimEcho
+        from treetrm.sim_roles import SimEcho
         rows = []
         p = RecordedProvider(SimEcho(), 'agent', rows.append)
         msgs = [{'role': 'user', 'content': 'hi'}]

@@ -11,7 +11,9 @@ import polars as pl
 from .core import ConfigError, asset_dir, where
 from .data import load_questions
 from .llm import LLMProvider, LLMResponse
-from .sim import SimAgent, expected_accuracy, load_world, reachable, world_path
+from .sim_video import reachable
+from .sim import expected_accuracy, load_world, world_path
+from .sim_agent import SimAgent
 from .skills import apply_edit, skill_file
 from .log import HarnessLog
 from .inference import run_inference

@@ -13,8 +13,8 @@ import polars as pl
 from .core import DataError, where, read_json, atomic_write_text, sha256_file, sha256_json
 
 # %% auto #0
-__all__ = ['TASK_TYPES', 'HF_COLUMNS', 'SUMMARY_KEYS', 'LEVEL_NAMES', 'option_letters', 'option_text', 'option_of', 'Question',
-           'RecordAt', 'question_from_record', 'load_questions', 'question_record', 'save_questions',
+__all__ = ['TASK_TYPES', 'HF_COLUMNS', 'SUMMARY_KEYS', 'LEVEL_NAMES', 'ERROR_TYPES', 'option_letters', 'option_text', 'option_of',
+           'Question', 'RecordAt', 'question_from_record', 'load_questions', 'question_record', 'save_questions',
            'questions_fingerprint', 'questions_frame', 'QuestionUnit', 'build_units', 'unit_correct', 'Node',
            'node_summary', 'node_text', 'VideoTree', 'load_tree', 'load_trees', 'frame_path', 'tree_frame']
 
@@ -499,3 +499,7 @@ def tree_frame(tree:VideoTree) -> pl.DataFrame:
                          'start': [n.time_range[0] for n in nodes], 'end': [n.time_range[1] for n in nodes],
                          'parent_id': [n.parent_id for n in nodes], 'n_children': [len(n.children_ids) for n in nodes],
                          'summary': [node_summary(n) for n in nodes]}, schema_overrides={'parent_id': pl.String})
+
+# %% ../nbs/01_data.ipynb #13523930
+ERROR_TYPES = ('missed_evidence', 'skill_not_followed', 'confirmation_bias', 'insufficient_evidence', 'reasoning_error',
+               'perception_error')

@@ -14,7 +14,7 @@ import json_repair, openai
 from dotenv import dotenv_values
 from fastcore.basics import patch
 
-from .core import ConfigError, DataError, InfraError, where, project_root, sha256_json, sha256_text
+from .core import ConfigError, DataError, InfraError, Slots, where, project_root, sha256_json, sha256_text
 
 # %% auto #0
 __all__ = ['ROLES', 'PROVIDER_KINDS', 'STRUCTURED_MODES', 'MIN_CONTEXT_TOKENS', 'PRICES', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED',
@@ -22,7 +22,7 @@ __all__ = ['ROLES', 'PROVIDER_KINDS', 'STRUCTURED_MODES', 'MIN_CONTEXT_TOKENS', 
            'detect_provider_kind', 'thinking_extra_body', 'RoleConfig', 'role_env_name', 'read_settings',
            'load_role_config', 'set_price', 'call_cost', 'backoff_delay', 'backoff_schedule', 'parse_retry_after',
            'BreakerState', 'breaker_admit', 'breaker_success', 'breaker_failure', 'breaker_release_probe',
-           'CircuitBreaker', 'endpoint_semaphore', 'image_data_url', 'image_digest', 'attach_images', 'cache_key',
+           'CircuitBreaker', 'endpoint_slots', 'image_data_url', 'image_digest', 'attach_images', 'cache_key',
            'ResponseCache', 'MalformedReply', 'is_context_overflow', 'ContextLengthError', 'classify_error',
            'parse_completion', 'telemetry_row', 'json_schema_format', 'format_dialects', 'structured_dialect',
            'OpenAIProvider']
@@ -332,12 +332,12 @@ class CircuitBreaker:
 # %% ../nbs/02_llm.ipynb #d08d363e
 _ENDPOINT_SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-def endpoint_semaphore(base_url:str, # endpoint; trailing slashes ignored
-                       limit:int) -> asyncio.Semaphore: # width, used when the endpoint is first seen
-    "The semaphore shared by every provider calling `base_url` in the running event loop."
+def endpoint_slots(base_url:str, # endpoint; trailing slashes ignored
+                   limit:int) -> Slots: # width, used when the endpoint is first seen
+    "The `Slots` shared by every provider calling `base_url` in the running event loop."
     if limit < 1: raise ConfigError(where('concurrency must be >= 1', endpoint=base_url, got=limit))
     table = _ENDPOINT_SLOTS.setdefault(asyncio.get_running_loop(), {})
-    return table.setdefault(base_url.rstrip('/'), asyncio.Semaphore(limit))
+    return table.setdefault(base_url.rstrip('/'), Slots(limit))
 
 # %% ../nbs/02_llm.ipynb #e7438d3d
 _MAGIC = ((b'\x89PNG', 'image/png'), (b'\xff\xd8', 'image/jpeg'), (b'GIF8', 'image/gif'), (b'RIFF', 'image/webp'))
@@ -547,8 +547,8 @@ def _request(self:OpenAIProvider, messages, temperature, max_tokens, seed, respo
 
 @patch
 async def _attempt(self:OpenAIProvider, request:dict) -> LLMResponse:
-    "Send one request within the endpoint's semaphore and the hard timeout."
-    async with endpoint_semaphore(self.config.base_url, self.config.concurrency):
+    "Send one request within the endpoint's slots and the hard timeout."
+    async with endpoint_slots(self.config.base_url, self.config.concurrency).hold():
         async with asyncio.timeout(self.config.timeout_s):
             resp = await self._client().chat.completions.create(**request, timeout=self.config.timeout_s)
     return parse_completion(resp, self.model)

@@ -18,7 +18,6 @@ from .data import Question, load_questions, load_trees
 from .diagnose import diag_fingerprint, diagnose, load_diagnose_prompts
 from .inference import run_inference
 from .log import HarnessLog
-from .sim import make_providers  # re-exported: stages import it from here too
 from .skills import load_skill_dir
 
 # %% auto #0
