@@ -104,7 +104,7 @@ def test_bad_input_fails_before_anything_is_written(synth, tmp_path):
 KILLED_BUILD = textwrap.dedent('''
     import asyncio, sys
     from treetrm.build import BuildParams, build_trees
-    from treetrm.vision import SimVision
+    from treetrm.sim_vision import SimVision
     params = BuildParams(**{params})
     slow = SimVision(latency_s=0.05)
     asyncio.run(build_trees(sys.argv[1], sys.argv[2], concurrency=1, params=params, vision=slow, progress=False))

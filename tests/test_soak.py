@@ -88,9 +88,9 @@ async def soak(questions, world, base_url, log, tmp_path):
                                   concurrency=C, max_steps=MAX_STEPS, progress=False)
         wall = time.perf_counter() - t0
         # every endpoint slot is free again: all C can be taken without waiting
-        sem = endpoint_semaphore(base_url, C)
-        for _ in range(C): await asyncio.wait_for(sem.acquire(), 0.1)
-        for _ in range(C): sem.release()
+        slots = endpoint_slots(base_url, C)
+        for _ in range(C): await asyncio.wait_for(slots.acquire(), 0.1)
+        for _ in range(C): slots.release()
         pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     finally: await p.aclose()
     return res, wall, pending

@@ -248,7 +248,8 @@ def judge_agreement(signals:pl.DataFrame, # diagnosis_signals rows
               .sort('what', 'truth', 'judged', descending=[True, False, False]))
 
 # %% ../nbs/03b_sim_roles.ipynb #1ed14a6a
-SIM_MODELS = {'agent': 'sim-agent', 'judge': 'sim-judge', 'evolver': 'sim-evolver'}
+SIM_MODELS = {'agent': 'sim-agent', 'judge': 'sim-judge', 'evolver': 'sim-evolver', 'vision': 'sim-vision'}
+register_role('sim-vision', 'treetrm.sim_vision:sim_vision')  # the builder's model: defined above this layer
 
 def sim_providers(roles, # which roles to build
                   world_dir:str|Path|None=None, # the world the roles read (None: the demo world)
