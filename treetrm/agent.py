@@ -59,9 +59,12 @@ def span_text(node:Node) -> str:
 
 def value_text(value) -> str:
     "A card value on one line: lists joined with ', ', objects as JSON."
-    if isinstance(value, list): text = ', '.join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in value)
-    elif isinstance(value, str): text = value
-    else: text = json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        text = ', '.join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False)
     return ' '.join(text.split())
 
 # %% ../nbs/05_agent.ipynb #5cf1c716
@@ -76,7 +79,8 @@ def child_line(node:Node) -> str:
 def _node(tree:VideoTree, node_id) -> Node:
     "The node `node_id` of `tree`, or a `ToolError` the agent can act on."
     if not isinstance(node_id, str) or node_id not in tree.nodes:
-        raise ToolError(f'unknown node id {node_id!r} in video {tree.video_id}; start from the scenes {", ".join(tree.roots)}')
+        raise ToolError(
+            f'unknown node id {node_id!r} in video {tree.video_id}; start from the scenes {", ".join(tree.roots)}')
     return tree.nodes[node_id]
 
 SUBTITLE_PAGE_CHARS = 1500
@@ -113,7 +117,8 @@ def build_search_index(tree:VideoTree) -> SearchIndex:
     "Index every node's text with BM25."
     ids = tuple(tree.nodes)
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize([node_text(tree.nodes[i]) for i in ids], stopwords='en', show_progress=False), show_progress=False)
+    retriever.index(bm25s.tokenize([node_text(tree.nodes[i]) for i in ids], stopwords='en', show_progress=False),
+                    show_progress=False)
     return SearchIndex(ids, retriever)
 
 class _ByIdentity:
@@ -172,11 +177,15 @@ def frame_nodes(tree:VideoTree, # the video's tree
                ) -> tuple[Node, ...]:
     "The keyframes an `observe_frame` call names."
     ids = [node_ids] if isinstance(node_ids, str) else node_ids
-    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids): raise ToolError('node_ids must be a list of 1 to 4 keyframe (L3) ids, or one event (L2) id')
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise ToolError('node_ids must be a list of 1 to 4 keyframe (L3) ids, or one event (L2) id')
     nodes = [_node(tree, i) for i in dict.fromkeys(ids)]
     if len(nodes) == 1 and nodes[0].level == 2: return _evenly(tree.children(nodes[0].node_id), max_frames)
-    if any(n.level != 3 for n in nodes): raise ToolError('node_ids must all be keyframe (L3) ids, or exactly one event (L2) id; open scenes with view_node')
-    if len(nodes) > MAX_OBSERVE_IDS: raise ToolError(f'at most {MAX_OBSERVE_IDS} keyframe ids per call, got {len(nodes)}')
+    if any(n.level != 3 for n in nodes):
+        raise ToolError(
+            'node_ids must all be keyframe (L3) ids, or exactly one event (L2) id; open scenes with view_node')
+    if len(nodes) > MAX_OBSERVE_IDS:
+        raise ToolError(f'at most {MAX_OBSERVE_IDS} keyframe ids per call, got {len(nodes)}')
     return tuple(nodes)
 
 # %% ../nbs/05_agent.ipynb #5671146b
@@ -313,10 +322,14 @@ def load_agent_prompts(folder:str|Path|AgentPrompts|None=None # prompts folder (
     "Read the agent's prompt files from `folder`."
     if isinstance(folder, AgentPrompts): return folder
     folder = Path(folder) if folder is not None else default_prompts_dir()
-    try: identities = tuple(file_identity(os.path.join(folder, f)) for f in PROMPT_FILES)  # one stat a file: this runs once per inference call
+    try:
+        identities = tuple(file_identity(os.path.join(folder, f))
+                           for f in PROMPT_FILES)  # one stat a file: this runs once per inference call
     except (FileNotFoundError, NotADirectoryError):
-        missing = next(f for f in PROMPT_FILES if not (folder/f).is_file())
-        raise ConfigError(where(f'agent prompt file {missing} is missing', f'A prompts folder needs {", ".join(PROMPT_FILES)}', file=folder/missing)) from None
+        missing = next(f for f in PROMPT_FILES if not (folder / f).is_file())
+        raise ConfigError(
+            where(f'agent prompt file {missing} is missing', f'A prompts folder needs {", ".join(PROMPT_FILES)}',
+                  file=folder / missing)) from None
     return _loaded_prompts(str(folder), identities)
 
 @lru_cache(maxsize=64)
@@ -337,7 +350,9 @@ def skills_sections(skills:dict[str, Skill], task_type:str|None, mode:str) -> li
     out = ['\n\n'.join(['# General strategy', *(s.body.strip() for s in always)])] if always else []
     if routed: out.append('\n\n'.join(['# Strategy for this question type', *(s.body.strip() for s in routed)]))
     if mode == 'manual':
-        out.append(f'# Available strategies\n\nCall read_skill with one of these names to read its strategy.\n\n{route.catalogue}')
+        out.append(
+            f'# Available strategies\n\nCall read_skill with one of these names to read its strategy.\n\n{route.catalogue}'
+        )
     return out
 
 def system_message(prompts:AgentPrompts, skills:dict[str, Skill], task_type:str|None, mode:str='auto') -> str:
@@ -383,12 +398,15 @@ def parse_reply(content:str # the assistant's reply text
     "The reply's reflect, plan and action, or None when it does not follow the protocol."
     obj = _reply_object(content)
     action = obj.get('action') if obj else None
-    if not isinstance(action, dict) or not isinstance(action.get('tool'), str) or not action['tool'].strip(): return None
+    if not isinstance(action, dict) or not isinstance(action.get('tool'), str) or not action['tool'].strip():
+        return None
     args = action.get('args')
     return AgentReply(obj.get('reflect'), obj.get('plan'), action['tool'].strip(), {} if args is None else args)
 
 # %% ../nbs/05_agent.ipynb #14068978
-_NAMED = re.compile(r'(?:answer|option|choice)\s*(?:is|:|：|=)?\s*\(?\**([A-Za-z])\b|\(([A-Za-z])\)|(?:^|\s)([A-Za-z])[.):](?=\s|$)', re.I | re.M)
+_NAMED = re.compile(
+    r'(?:answer|option|choice)\s*(?:is|:|：|=)?\s*\(?\**([A-Za-z])\b|\(([A-Za-z])\)|(?:^|\s)([A-Za-z])[.):](?=\s|$)',
+    re.I | re.M)
 
 def salvage_answer(text:str, # a reply that did not follow the protocol
                    letters:tuple=tuple('ABCD') # the question's option letters
@@ -423,25 +441,47 @@ def tool_args_schemas(tools:AgentTools) -> dict[str, dict]:
     tree, letters = tools.tree, list(option_letters(tools.question) if tools.question else 'ABCD')
     frames = [n for n, node in tree.nodes.items() if node.level in (2, 3)]
     text = lambda n: {'type': 'string', 'maxLength': n}
-    every = {'view_node': _args_schema({'node_id': _ids(tree.nodes), 'page': {'type': 'integer', 'minimum': 1}}, ['node_id']),
-             'search': _args_schema({'query': {'type': 'string', 'minLength': 1, 'maxLength': 120}, 'k': {'type': 'integer', 'minimum': 1, 'maximum': MAX_SEARCH_K}}, ['query']),
-             'observe_frame': _args_schema({'node_ids': {'type': 'array', 'items': _ids(frames), 'minItems': 1, 'maxItems': MAX_OBSERVE_IDS}}, ['node_ids']),
-             'read_skill': _args_schema({'name': _ids(tools.skills) if tools.skills else {'type': 'string', 'minLength': 1}}, ['name']),
-             'submit_answer': _args_schema({'answer': {'type': 'string', 'enum': letters}, 'evidence': text(600), 'reasoning': text(600)}, ['answer', 'evidence', 'reasoning'])}
+    every = {
+        'view_node': _args_schema({'node_id': _ids(tree.nodes), 'page': {'type': 'integer', 'minimum': 1}},
+                                  ['node_id']), 'search': _args_schema(
+                                      {
+                                          'query': {'type': 'string', 'minLength': 1, 'maxLength': 120},
+                                          'k': {'type': 'integer', 'minimum': 1, 'maximum': MAX_SEARCH_K}
+                                      }, ['query']),
+        'observe_frame': _args_schema(
+            {'node_ids': {'type': 'array', 'items': _ids(frames), 'minItems': 1, 'maxItems': MAX_OBSERVE_IDS}},
+            ['node_ids']),
+        'read_skill': _args_schema({'name': _ids(tools.skills) if tools.skills else {'type': 'string', 'minLength': 1}},
+                                   ['name']),
+        'submit_answer': _args_schema(
+            {'answer': {'type': 'string', 'enum': letters}, 'evidence': text(600), 'reasoning': text(600)},
+            ['answer', 'evidence', 'reasoning'])
+    }
     return {t: every[t] for t in tools.tool_names()}
 
-def agent_reply_format(tools:AgentTools, # the question's toolbox
-                       only:tuple|None=None # the tools allowed (default: all of this mode's); the forced last turn allows submit_answer alone
-                      ) -> dict:
+def agent_reply_format(
+    tools: AgentTools,  # the question's toolbox
+    only: tuple
+    | None = None  # the tools allowed (default: all of this mode's); the forced last turn allows submit_answer alone
+) -> dict:
     "The `response_format` of the agent's replies: reflect, plan and an action that is one of the tools with its arguments."
     letters = list(option_letters(tools.question) if tools.question else 'ABCD')
-    reflect = {'type': 'object', 'properties': {'learned': {'type': 'string', 'maxLength': 400}, 'best_candidate': {'type': 'string', 'enum': letters},
-                                                'confidence': {'type': 'number', 'minimum': 0, 'maximum': 1}, 'answer_ready': {'type': 'boolean'}},
-               'required': ['learned', 'best_candidate', 'confidence', 'answer_ready']}
-    actions = [{'type': 'object', 'properties': {'tool': {'type': 'string', 'const': t}, 'args': s}, 'required': ['tool', 'args'], 'additionalProperties': False}
-               for t, s in tool_args_schemas(tools).items() if only is None or t in only]
-    return json_schema_format('agent_reply', {'type': 'object', 'properties': {'reflect': reflect, 'plan': {'type': 'string', 'maxLength': 400}, 'action': {'anyOf': actions}},
-                                              'required': ['reflect', 'plan', 'action'], 'additionalProperties': False})
+    reflect = {
+        'type': 'object', 'properties': {
+            'learned': {'type': 'string', 'maxLength': 400}, 'best_candidate': {'type': 'string', 'enum': letters},
+            'confidence': {'type': 'number', 'minimum': 0, 'maximum': 1}, 'answer_ready': {'type': 'boolean'}
+        }, 'required': ['learned', 'best_candidate', 'confidence', 'answer_ready']
+    }
+    actions = [{
+        'type': 'object', 'properties': {'tool': {'type': 'string', 'const': t}, 'args': s},
+        'required': ['tool', 'args'], 'additionalProperties': False
+    } for t, s in tool_args_schemas(tools).items() if only is None or t in only]
+    return json_schema_format(
+        'agent_reply', {
+            'type': 'object', 'properties': {
+                'reflect': reflect, 'plan': {'type': 'string', 'maxLength': 400}, 'action': {'anyOf': actions}
+            }, 'required': ['reflect', 'plan', 'action'], 'additionalProperties': False
+        })
 
 # %% ../nbs/05_agent.ipynb #ce5b2b48
 @dataclass(frozen=True)
@@ -482,13 +522,15 @@ class AgentResult:
 # %% ../nbs/05_agent.ipynb #4d2dd076
 ITERATION_FACTOR = 3 # model turns allowed per budget step (tool errors and retries cost turns, not budget)
 MAX_PARSE_FAILURES = 3 # consecutive unparseable replies that end the loop
-CHARS_PER_TOKEN = 2.5 # a cautious characters-per-token estimate: JSON and node ids tokenize densely (SmolLM2 measured below 3)
+CHARS_PER_TOKEN = 2.5  # a cautious characters-per-token estimate: JSON and node ids tokenize densely (SmolLM2 measured below 3)
 MAX_OUTPUT_CHARS = 20_000 # cap on one tool output when the provider states no context budget
 DEFAULT_REPLY_TOKENS = 512 # reply room kept free when the provider sets no max_tokens
 
 class _Stop(Exception):
     "Ends the loop with a stop reason."
-    def __init__(self, reason:str, error:str|None=None): super().__init__(reason); self.reason, self.error = reason, error
+    def __init__(self, reason: str, error: str | None = None):
+        super().__init__(reason)
+        self.reason, self.error = reason, error
 
 @dataclass
 class _Run:
@@ -509,7 +551,8 @@ class _Run:
     @property
     def output_chars(self) -> int:
         "The cap on one tool output."
-        return MAX_OUTPUT_CHARS if self.prompt_tokens is None else max(400, int(self.prompt_tokens * CHARS_PER_TOKEN) // 4)
+        return MAX_OUTPUT_CHARS if self.prompt_tokens is None else max(400,
+                                                                       int(self.prompt_tokens * CHARS_PER_TOKEN) // 4)
 
 def context_budget(provider:LLMProvider) -> int|None:
     "Prompt tokens a conversation may use with `provider`: its `context_tokens` minus the reply's room; None without a budget."
@@ -522,18 +565,23 @@ def estimate_tokens(messages:list[dict]) -> int:
 
 def truncate_output(text:str, n:int) -> str:
     "`text` cut to `n` characters with a visible marker saying how much was left out."
-    return text if len(text) <= n else text[:n] + f'\n[truncated: {len(text) - n} more characters not shown; ask for less (a narrower node, a smaller k, the next page)]'
+    return text if len(
+        text
+    ) <= n else text[:n] + f'\n[truncated: {len(text) - n} more characters not shown; ask for less (a narrower node, a smaller k, the next page)]'
 
 _ELIDED = '[elided:'
 
 def _elide(m:dict) -> dict:
     head, _, body = m['content'].partition('\n')
-    return {**m, 'content': f'{head}\n{_ELIDED} an older tool output of {len(body)} characters, removed to fit the context budget; call the tool again if you need it]'}
+    return {
+        **m, 'content': f'{head}\n{_ELIDED} an older tool output of {len(body)} characters, removed to fit the context budget; call the tool again if you need it]'
+    }
 
 def _action_only(m:dict) -> dict:
     "An old assistant reply cut to its action (reflect and plan dropped), so the conversation still shows what was called."
     parsed = parse_reply(m.get('content') or '')
-    short = json.dumps({'action': {'tool': parsed.tool, 'args': parsed.args}}, ensure_ascii=False) if parsed else (m.get('content') or '')[:200]
+    short = json.dumps({'action': {'tool': parsed.tool, 'args': parsed.args}},
+                       ensure_ascii=False) if parsed else (m.get('content') or '')[:200]
     return {**m, 'content': short}
 
 def fit_context(messages:list[dict], # the conversation (changed in place)
@@ -542,13 +590,17 @@ def fit_context(messages:list[dict], # the conversation (changed in place)
                ) -> int:
     "Elide the oldest tool outputs until the conversation's estimate fits `budget`; returns how many were elided."
     if budget is None: return 0
-    tool_msgs = [i for i, m in enumerate(messages) if m.get('role') == 'user' and str(m.get('content', '')).startswith('[tool result:')
-                 and _ELIDED not in m['content']]
+    tool_msgs = [
+        i for i, m in enumerate(messages) if m.get('role') == 'user'
+        and str(m.get('content', '')).startswith('[tool result:') and _ELIDED not in m['content']
+    ]
     n = 0
     for i in tool_msgs[:max(0, len(tool_msgs) - keep_last)]:
         if estimate_tokens(messages) <= budget: break
-        messages[i] = _elide(messages[i]); n += 1
-        if messages[i - 1].get('role') == 'assistant': messages[i - 1] = _action_only(messages[i - 1])  # the reply that asked for it
+        messages[i] = _elide(messages[i])
+        n += 1
+        if messages[i - 1].get('role') == 'assistant':
+            messages[i - 1] = _action_only(messages[i - 1])  # the reply that asked for it
     return n
 
 def feedback(tool:str, output:str) -> str:
@@ -559,12 +611,17 @@ async def _ask(run:_Run, provider:LLMProvider, **kw) -> LLMResponse:
     "One model call within the context budget; any failure ends the loop with stop reason 'error' (a spent call budget stops the whole run instead)."
     fit_context(run.messages, run.prompt_tokens)
     for retry in (False, True):
-        try: reply = await provider.chat(run.messages, response_format=run.response_format, **kw); break
-        except BudgetError: raise
+        try:
+            reply = await provider.chat(run.messages, response_format=run.response_format, **kw)
+            break
+        except BudgetError:
+            raise
         except ContextLengthError as e:
             if retry or not fit_context(run.messages, 0): raise _Stop('error', f'{type(e).__name__}: {e}') from e
-        except Exception as e: raise _Stop('error', f'{type(e).__name__}: {e}') from e
-    run.n_calls += 1; add_usage(run.usage, reply.usage)
+        except Exception as e:
+            raise _Stop('error', f'{type(e).__name__}: {e}') from e
+    run.n_calls += 1
+    add_usage(run.usage, reply.usage)
     run.messages.append({'role': 'assistant', 'content': reply.content or ''})
     return reply
 
@@ -579,13 +636,16 @@ async def _act(run:_Run, reply:AgentReply) -> tuple[str, bool]:
 
 def _record(run:_Run, reply:LLMResponse, parsed:AgentReply|None, output:str, counted:bool):
     "Keep one turn as a `Step`."
-    run.steps.append(Step(len(run.steps), reply.reasoning, reply.content or '', *astuple_reply(parsed), output, counted))
+    run.steps.append(Step(len(run.steps), reply.reasoning, reply.content or '', *astuple_reply(parsed), output,
+                          counted))
 
 def _salvage(run:_Run, content:str) -> bool:
     "Take the one option an unformatted reply names as the answer (flagged); whether there was one."
     q = run.tools.question
     if (letter := salvage_answer(content, option_letters(q) if q else tuple('ABCD'))) is None: return False
-    run.answer, run.salvaged = {'answer': letter, 'evidence': '', 'reasoning': f'read from an unformatted reply: {content[:300]}'}, True
+    run.answer, run.salvaged = {
+        'answer': letter, 'evidence': '', 'reasoning': f'read from an unformatted reply: {content[:300]}'
+    }, True
     return True
 
 def astuple_reply(reply:AgentReply|None) -> tuple:
@@ -610,7 +670,9 @@ async def _turn(run:_Run, provider:LLMProvider, **kw):
 async def _answer_now(run:_Run, provider:LLMProvider, **kw):
     "The forced last turn after the budget is spent (an unformatted reply naming one option still counts, flagged)."
     run.messages.append({'role': 'user', 'content': run.prompts['answer_now.md']})
-    if run.response_format is not None: run.response_format = agent_reply_format(run.tools, only=('submit_answer',))  # a constrained model can only answer
+    if run.response_format is not None:
+        run.response_format = agent_reply_format(run.tools,
+                                                 only=('submit_answer', ))  # a constrained model can only answer
     reply = await _ask(run, provider, **kw)
     parsed = parse_reply(reply.content)
     text = (await _act(run, parsed))[0] if parsed is not None and parsed.tool == 'submit_answer' else ''
@@ -633,8 +695,9 @@ def _result(question:Question, run:_Run, reason:str, error:str|None, t0:float) -
     ans = run.answer or {}
     prediction = normalise_answer(as_text(ans.get('answer', '')), option_letters(question)) if ans else None
     usage = {k: run.usage.get(k, 0) + run.tools.usage.get(k, 0) for k in ('prompt_tokens', 'completion_tokens')}
-    return AgentResult(question.question_id, question.video_id, prediction, reason, tuple(run.steps), as_text(ans.get('evidence', '')),
-                       as_text(ans.get('reasoning', '')), usage, run.n_calls, time.monotonic() - t0, error)
+    return AgentResult(question.question_id, question.video_id, prediction, reason, tuple(run.steps),
+                       as_text(ans.get('evidence', '')), as_text(ans.get('reasoning', '')), usage, run.n_calls,
+                       time.monotonic() - t0, error)
 
 async def run_agent(question:Question, # the question to answer
                     tree:VideoTree, # its video's tree
@@ -652,8 +715,8 @@ async def run_agent(question:Question, # the question to answer
     if max_steps < 1: raise ConfigError(where(f'max_steps must be at least 1, got {max_steps}', field='max_steps'))
     t0, prompts = time.monotonic(), load_agent_prompts(prompts_dir)
     tools = AgentTools(tree, question, skills, mode, vision, prompts['vision.md'], max_frames)
-    run = _Run(tools, prompts, build_messages(question, tree, skills, mode, prompts), response_format=agent_reply_format(tools),
-               prompt_tokens=context_budget(provider))
+    run = _Run(tools, prompts, build_messages(question, tree, skills, mode, prompts),
+               response_format=agent_reply_format(tools), prompt_tokens=context_budget(provider))
     try: reason, error = await _loop(run, provider, max_steps, temperature=temperature, seed=seed), None
     except _Stop as s: reason, error = s.reason, s.error
     return _result(question, run, reason, error, t0)

@@ -24,13 +24,15 @@ class BatchParams:
     def __post_init__(self):
         for k in ('batch_size', 'min_class', 'seed'):
             v = getattr(self, k)
-            if not isinstance(v, int) or isinstance(v, bool): raise ConfigError(where(f'{k} must be an integer, got {v!r}', field=k))
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ConfigError(where(f'{k} must be an integer, got {v!r}', field=k))
         if self.batch_size < 1: raise ConfigError(where('batch_size must be ≥ 1', field='batch_size'))
         if not 1 <= self.min_class <= self.batch_size:
             raise ConfigError(where(f'min_class must be in [1, batch_size={self.batch_size}], got {self.min_class}',
                                     'A small class must fit whole in one batch', field='min_class'))
         if not (isinstance(self.correct_ratio, (int, float)) and 0 <= self.correct_ratio < 1):
-            raise ConfigError(where(f'correct_ratio must be in [0, 1), got {self.correct_ratio!r}', field='correct_ratio'))
+            raise ConfigError(
+                where(f'correct_ratio must be in [0, 1), got {self.correct_ratio!r}', field='correct_ratio'))
 
 # %% ../nbs/10_batching.ipynb #cefb429c
 def wrong_by_type(questions, # `Question`s of the pool
@@ -61,9 +63,12 @@ def deal_round_robin(ids:list[str], # ids to place
     "Deal `ids` over `batches` one at a time from `pointer`, skipping full batches; returns the next pointer."
     for qid in ids:
         open_ = [i for i, b in enumerate(batches) if len(b) < batch_size]
-        if not open_: batches.append([]); open_ = [len(batches) - 1]
+        if not open_:
+            batches.append([])
+            open_ = [len(batches) - 1]
         i = next((i for i in open_ if i >= pointer % max(len(batches), 1)), open_[0])
-        batches[i].append(qid); pointer = i + 1
+        batches[i].append(qid)
+        pointer = i + 1
     return pointer
 
 # %% ../nbs/10_batching.ipynb #37a14d93
@@ -96,7 +101,8 @@ def build_batches(questions, # `Question`s of the diagnosis pool
     batches = [b for b in pack_small_classes(small, batches, params.batch_size)]
     pointer = 0
     for t in sorted(set(groups) - set(small)):
-        ids = list(groups[t]); rng.shuffle(ids)
+        ids = list(groups[t])
+        rng.shuffle(ids)
         pointer = deal_round_robin(ids, batches, params.batch_size, pointer)
     type_of = {q.question_id: q.task_type for q in questions}
     right = defaultdict(list)

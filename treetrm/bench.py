@@ -74,8 +74,11 @@ def _run_rows(world:dict, log:HarnessLog, run_id:str, config:str) -> list[dict]:
     b, rows = config_behaviours(world, config), []
     for r in log.predictions(run_id).iter_rows(named=True):
         ev = world['evidence'][r['question_id']]
-        rows.append({'config': config, 'task_type': r['task_type'], 'correct': bool(r['correct']), 'stop_reason': r['stop_reason'],
-                     'ready': _answered_ready(json.loads(r['steps_json'])), 'reachable': reachable(ev, b[r['task_type']])})
+        rows.append({
+            'config': config, 'task_type': r['task_type'], 'correct': bool(r['correct']),
+            'stop_reason': r['stop_reason'], 'ready': _answered_ready(json.loads(r['steps_json'])),
+            'reachable': reachable(ev, b[r['task_type']])
+        })
     return rows
 
 # %% ../nbs/07a_bench.ipynb #a6e3811c
@@ -88,10 +91,12 @@ def _planted(world:dict, config:str) -> dict[str, float]:
 def planted_table(world:dict, rows:list[dict]) -> pl.DataFrame:
     "Per task type and configuration: measured accuracy against the planted one, its SE bound, z, mismatches and unfinished runs."
     preds = {c: _planted(world, c) for c in CONFIGS}
-    agg = (pl.DataFrame(rows).group_by('config', 'task_type')
-             .agg(n=pl.len(), accuracy=100 * pl.col('correct').mean(), mismatch=(pl.col('ready') != pl.col('reachable')).sum(),
-                  unfinished=(pl.col('stop_reason') != 'finished').sum()))
-    agg = agg.with_columns(planted=pl.struct('config', 'task_type').map_elements(lambda s: preds[s['config']][s['task_type']], return_dtype=pl.Float64))
+    agg = (pl.DataFrame(rows).group_by('config',
+                                       'task_type').agg(n=pl.len(), accuracy=100 * pl.col('correct').mean(),
+                                                        mismatch=(pl.col('ready') != pl.col('reachable')).sum(),
+                                                        unfinished=(pl.col('stop_reason') != 'finished').sum()))
+    agg = agg.with_columns(planted=pl.struct('config', 'task_type').map_elements(
+        lambda s: preds[s['config']][s['task_type']], return_dtype=pl.Float64))
     se = 100 * ((pl.col('planted') / 100) * (1 - pl.col('planted') / 100) / pl.col('n')).sqrt()
     gap = pl.col('accuracy') - pl.col('planted')
     z = pl.when(pl.col('se') > 0).then(gap / pl.col('se')).when(gap.abs() < 1e-9).then(0.0).otherwise(float('inf'))
@@ -113,8 +118,9 @@ async def planted_truth(world_dir:str|Path|None=None, # the world (None: the dem
     try:
         for config in CONFIGS:
             skills = skills_with_rules(seed_dir, work/'skills'/config, config_rules(world, config))
-            await run_inference(questions, trees_dir=d/'trees', provider=SimAgent(d, seed), log=log, run_id=f'planted-{config}', skills_dir=skills,
-                                concurrency=concurrency, seed=seed, max_steps=max_steps, progress=False)
+            await run_inference(questions, trees_dir=d / 'trees', provider=SimAgent(d, seed), log=log,
+                                run_id=f'planted-{config}', skills_dir=skills, concurrency=concurrency, seed=seed,
+                                max_steps=max_steps, progress=False)
             rows += _run_rows(world, log, f'planted-{config}', config)
     finally: log.close()
     return planted_table(world, rows)
@@ -124,7 +130,10 @@ def planted_wide(table:pl.DataFrame, # a `planted_truth` table
                 ) -> pl.DataFrame:
     "One row per task type: measured vs planted accuracy per configuration, and the trap rule's recorded effect."
     wide = table.pivot('config', index='task_type', values=['accuracy', 'planted', 'se'])
-    trap = {tt: next((r['effect'] for r in v['rules'] if r['kind'] == 'trap'), 0.0) for tt, v in world['task_types'].items()}
+    trap = {
+        tt: next((r['effect'] for r in v['rules'] if r['kind'] == 'trap'), 0.0)
+        for tt, v in world['task_types'].items()
+    }
     cols = [pl.col(f'{v}_{c}') for c in CONFIGS for v in ('accuracy', 'planted')]
     return wide.select('task_type', *cols, pl.col('se_seed').alias('se_seed'),
                        (pl.col('accuracy_helpful') - pl.col('accuracy_seed')).alias('gain_measured'),
@@ -135,14 +144,18 @@ def planted_wide(table:pl.DataFrame, # a `planted_truth` table
 # %% ../nbs/07a_bench.ipynb #3db557f3
 class CallMeter:
     "An `LLMProvider` wrapper that counts calls and the CPU time spent inside the wrapped provider."
-    def __init__(self, provider:LLMProvider): self.provider, self.model, self.calls, self.cpu_s = provider, provider.model, 0, 0.0
+    def __init__(self, provider: LLMProvider):
+        self.provider, self.model, self.calls, self.cpu_s = provider, provider.model, 0, 0.0
 
     async def chat(self, messages, **kw) -> LLMResponse:
         "Forward one call, counting it."
         t0 = time.process_time()
         coro = self.provider.chat(messages, **kw)
-        try: return await coro
-        finally: self.calls += 1; self.cpu_s += time.process_time() - t0
+        try:
+            return await coro
+        finally:
+            self.calls += 1
+            self.cpu_s += time.process_time() - t0
 
 # %% ../nbs/07a_bench.ipynb #8a9195e3
 @dataclass(frozen=True)
@@ -154,13 +167,16 @@ class RunFigures:
     cpu_s: float # process CPU time of the run (all threads)
     agent_cpu_s: float # CPU time inside the simulated agent
 
-async def measure_run(questions, trees_dir, skills_dir, provider:LLMProvider, workdir:Path, run_id:str, concurrency:int, max_steps:int=15) -> RunFigures:
+async def measure_run(questions, trees_dir, skills_dir, provider: LLMProvider, workdir: Path, run_id: str,
+                      concurrency: int, max_steps: int = 15) -> RunFigures:
     "Run inference once under a `CallMeter` and time it."
-    meter, log = CallMeter(provider), HarnessLog(Path(workdir)/f'{run_id}.db')
+    meter, log = CallMeter(provider), HarnessLog(Path(workdir) / f'{run_id}.db')
     c0, t0 = time.process_time(), time.perf_counter()
-    try: await run_inference(questions, trees_dir=trees_dir, provider=meter, log=log, run_id=run_id, skills_dir=skills_dir,
-                             concurrency=concurrency, max_steps=max_steps, progress=False)
-    finally: log.close()
+    try:
+        await run_inference(questions, trees_dir=trees_dir, provider=meter, log=log, run_id=run_id,
+                            skills_dir=skills_dir, concurrency=concurrency, max_steps=max_steps, progress=False)
+    finally:
+        log.close()
     return RunFigures(len(questions), meter.calls, time.perf_counter() - t0, time.process_time() - c0, meter.cpu_s)
 
 # %% ../nbs/07a_bench.ipynb #9802df22
@@ -175,10 +191,12 @@ async def benchmark_throughput(world_dir:str|Path|None=None, # the world (None: 
     "Throughput at latency L and concurrency C against the ideal, and harness CPU per agent step at zero latency."
     d = world_path(world_dir)
     qs = load_questions(d/'questions.jsonl')
-    if not 1 <= n_questions <= len(qs): raise ConfigError(where(f'n_questions must be in 1..{len(qs)}, got {n_questions}', field='n_questions'))
+    if not 1 <= n_questions <= len(qs):
+        raise ConfigError(where(f'n_questions must be in 1..{len(qs)}, got {n_questions}', field='n_questions'))
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-bench-'))
     skills = Path(skills_dir) if skills_dir else asset_dir('prompts')/'skills'
-    lat = await measure_run(qs[:n_questions], d/'trees', skills, SimAgent(d, latency_s=latency_s), work, 'latency', concurrency)
+    lat = await measure_run(qs[:n_questions], d / 'trees', skills, SimAgent(d, latency_s=latency_s), work, 'latency',
+                            concurrency)
     cpu = await measure_run(qs[:cpu_questions or n_questions], d/'trees', skills, SimAgent(d), work, 'cpu', 1)
     return throughput_figures(lat, cpu, latency_s, concurrency)
 
@@ -187,9 +205,13 @@ def throughput_figures(lat:RunFigures, cpu:RunFigures, latency_s:float, concurre
     calls_per_q = lat.calls / lat.n_questions
     ideal, qps = concurrency / (latency_s * calls_per_q), lat.n_questions / lat.wall_s
     harness_ms = 1000 * (cpu.cpu_s - cpu.agent_cpu_s) / cpu.calls
-    return {'latency_s': latency_s, 'concurrency': concurrency, 'n_questions': lat.n_questions, 'calls_per_question': round(calls_per_q, 3),
-            'wall_s': round(lat.wall_s, 3), 'questions_per_s': round(qps, 3), 'ideal_questions_per_s': round(ideal, 3), 'ratio': round(qps / ideal, 4),
-            'cpu_run': {'n_questions': cpu.n_questions, 'steps': cpu.calls, 'wall_s': round(cpu.wall_s, 3),
-                        'harness_cpu_ms_per_step': round(harness_ms, 3), 'agent_cpu_ms_per_step': round(1000 * cpu.agent_cpu_s / cpu.calls, 3),
-                        'total_cpu_ms_per_step': round(1000 * cpu.cpu_s / cpu.calls, 3)},
-            'targets': {'ratio_min': 0.9, 'harness_cpu_ms_per_step_max': 5.0}}
+    return {
+        'latency_s': latency_s, 'concurrency': concurrency, 'n_questions': lat.n_questions,
+        'calls_per_question': round(calls_per_q, 3), 'wall_s': round(lat.wall_s, 3), 'questions_per_s': round(qps, 3),
+        'ideal_questions_per_s': round(ideal, 3), 'ratio': round(qps / ideal, 4), 'cpu_run': {
+            'n_questions': cpu.n_questions, 'steps': cpu.calls, 'wall_s': round(cpu.wall_s, 3),
+            'harness_cpu_ms_per_step': round(harness_ms,
+                                             3), 'agent_cpu_ms_per_step': round(1000 * cpu.agent_cpu_s / cpu.calls, 3),
+            'total_cpu_ms_per_step': round(1000 * cpu.cpu_s / cpu.calls, 3)
+        }, 'targets': {'ratio_min': 0.9, 'harness_cpu_ms_per_step_max': 5.0}
+    }

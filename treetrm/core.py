@@ -54,7 +54,8 @@ class CallBudget:
     "A hard limit on model calls: `take()` counts one call, or raises `BudgetError` once `limit` calls were made."
     def __init__(self, limit:int|None, # calls allowed (None: no limit, only counting)
                  used:int=0): # calls already made (a resumed run)
-        self.limit, self.used = (None if limit is None else check_count(limit, 'budget', minimum=0)), check_count(used, 'used', minimum=0)
+        self.limit, self.used = (None if limit is None else check_count(limit, 'budget', minimum=0)), check_count(
+            used, 'used', minimum=0)
 
     @property
     def left(self) -> int|None: return None if self.limit is None else max(0, self.limit - self.used)
@@ -64,7 +65,9 @@ class CallBudget:
     def take(self, n:int=1) -> int:
         "Count `n` calls about to be made; `BudgetError` (and nothing counted) when they do not fit."
         if self.limit is not None and self.used + n > self.limit:
-            raise BudgetError(where(f'the budget of {self.limit} model calls is spent ({self.used} made)', 'Raise the budget to go on'))
+            raise BudgetError(
+                where(f'the budget of {self.limit} model calls is spent ({self.used} made)',
+                      'Raise the budget to go on'))
         self.used += n
         return self.used
 
@@ -77,12 +80,16 @@ def project_root(start:str|Path|None=None # where to start looking (default: the
     if env := os.environ.get('TREETRM_ROOT'):
         p = Path(env).expanduser().resolve()
         if not (p/'settings.ini').exists():
-            raise ConfigError(where('TREETRM_ROOT does not point at a treetrm checkout', 'Unset it or point it at the folder with settings.ini', path=p))
+            raise ConfigError(
+                where('TREETRM_ROOT does not point at a treetrm checkout',
+                      'Unset it or point it at the folder with settings.ini', path=p))
         return p
     p = Path(start or Path.cwd()).resolve()
     for d in (p, *p.parents):
         if (d/'settings.ini').exists(): return d
-    raise ConfigError(where('no settings.ini found above this folder', 'Run from inside the treetrm checkout or set TREETRM_ROOT', start=p))
+    raise ConfigError(
+        where('no settings.ini found above this folder', 'Run from inside the treetrm checkout or set TREETRM_ROOT',
+              start=p))
 
 # %% ../nbs/00_core.ipynb #b8533404
 ASSETS = {'prompts': 'prompts', 'demo': 'data/demo'}  # asset name -> its folder in a checkout
@@ -110,13 +117,18 @@ def from_root(path:str|Path|None # a path a user wrote in a stage notebook or a 
 def atomic_write_bytes(path:str|Path, # target file; parent folders are created
                        data:bytes) -> Path:
     "Write `data` to `path` atomically (temp file in the same folder, fsync, `os.replace`)."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
     try:
-        with os.fdopen(fd, 'wb') as f: f.write(data); f.flush(); os.fsync(f.fileno())
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True); raise
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 def atomic_write_text(path:str|Path, text:str) -> Path:
@@ -145,10 +157,16 @@ def atomic_write_json(path:str|Path, obj, indent:int|None=2) -> Path:
 def read_json(path:str|Path):
     "Read a JSON file, raising `DataError` that names the file, line and column when it is not valid JSON."
     path = Path(path)
-    try: return json.loads(path.read_text(encoding='utf-8'))
-    except FileNotFoundError: raise DataError(where('file not found', 'Check the path', file=path)) from None
-    except UnicodeDecodeError as e: raise DataError(where(f'file is not UTF-8 ({e.reason} at byte {e.start})', 'Re-save it as UTF-8', file=path)) from None
-    except json.JSONDecodeError as e: raise DataError(where(f'invalid JSON: {e.msg}', 'Fix the JSON syntax', file=path, line=e.lineno, column=e.colno)) from None
+    try:
+        return json.loads(path.read_text(encoding='utf-8'))
+    except FileNotFoundError:
+        raise DataError(where('file not found', 'Check the path', file=path)) from None
+    except UnicodeDecodeError as e:
+        raise DataError(where(f'file is not UTF-8 ({e.reason} at byte {e.start})', 'Re-save it as UTF-8',
+                              file=path)) from None
+    except json.JSONDecodeError as e:
+        raise DataError(where(f'invalid JSON: {e.msg}', 'Fix the JSON syntax', file=path, line=e.lineno,
+                              column=e.colno)) from None
 
 # %% ../nbs/00_core.ipynb #90f85429
 def file_identity(path:str|Path) -> tuple:
@@ -159,13 +177,20 @@ def file_identity(path:str|Path) -> tuple:
 def folder_listing(folder:str|Path, suffix:str='') -> tuple:
     "(name, inode, size, mtime_ns) of the visible regular files of `folder` ending in `suffix`, by name: a cache key that changes when any of them does."
     with os.scandir(folder) as it:
-        got = [(e.name, *file_identity(e.path)) for e in it if e.name.endswith(suffix) and not e.name.startswith('.') and e.is_file()]
+        got = [(e.name, *file_identity(e.path)) for e in it
+               if e.name.endswith(suffix) and not e.name.startswith('.') and e.is_file()]
     return tuple(sorted(got))
 
 # %% ../nbs/00_core.ipynb #929a812f
 def sha256_bytes(data:bytes) -> str: return hashlib.sha256(data).hexdigest()
-def sha256_text(text:str) -> str: "sha256 hex digest of UTF-8 text."; return sha256_bytes(text.encode('utf-8'))
-def sha256_json(obj) -> str: "sha256 of the canonical JSON of `obj`."; return sha256_text(canonical_json(obj))
+def sha256_text(text: str) -> str:
+    "sha256 hex digest of UTF-8 text."
+
+    return sha256_bytes(text.encode('utf-8'))
+def sha256_json(obj) -> str:
+    "sha256 of the canonical JSON of `obj`."
+
+    return sha256_text(canonical_json(obj))
 
 def sha256_file(path:str|Path) -> str:
     "sha256 hex digest of a file's bytes."
@@ -197,28 +222,36 @@ def _check_request(slots:Slots, n:int):
     "Refuse a request that is not a positive count or that no amount of waiting could satisfy."
     check_count(n, 'n')
     if n > slots.width:
-        raise ConfigError(where(f'a request needs {n} slots but the pool has only {slots.width}',
-                                'Raise concurrency to at least the largest request (the most questions in one unit)', field='concurrency'))
+        raise ConfigError(
+            where(f'a request needs {n} slots but the pool has only {slots.width}',
+                  'Raise concurrency to at least the largest request (the most questions in one unit)',
+                  field='concurrency'))
 
 @patch
 def _grant(self:Slots):
     "Hand free slots to the waiters at the head of the queue for as long as the head fits."
     while self._waiters and self._waiters[0][0] <= self.free:
         n, fut = self._waiters.popleft()
-        if not fut.done(): self.free -= n; fut.set_result(None)
+        if not fut.done():
+            self.free -= n
+            fut.set_result(None)
 
 @patch
 async def acquire(self:Slots, n:int=1): # slots to take together (e.g. a unit's question count)
     "Wait until `n` slots are free and take them in one step; a cancelled waiter holds nothing."
     _check_request(self, n)
-    if not self._waiters and self.free >= n: self.free -= n; return
+    if not self._waiters and self.free >= n:
+        self.free -= n
+        return
     entry = (n, asyncio.get_running_loop().create_future())
     self._waiters.append(entry)
-    try: await entry[1]
+    try:
+        await entry[1]
     except BaseException:
         if entry[1].done() and not entry[1].cancelled(): self.free += n  # granted just before the cancel arrived
         elif entry in self._waiters: self._waiters.remove(entry)
-        self._grant(); raise
+        self._grant()
+        raise
 
 # %% ../nbs/00_core.ipynb #99c490de
 @patch
@@ -228,7 +261,8 @@ def release(self:Slots, n:int=1):
     if n > self.in_use:
         raise TreeTrmError(where(f'releasing {n} slots but only {self.in_use} are in use',
                                  'Release exactly what was acquired; prefer `async with slots.hold(n)`'))
-    self.free += n; self._grant()
+    self.free += n
+    self._grant()
 
 @patch
 @contextlib.asynccontextmanager

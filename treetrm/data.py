@@ -83,36 +83,46 @@ def _text(rec:dict, name:str, at:RecordAt, required:bool=True) -> str|None:
     v = rec.get(name)
     if v is None and not required: return None
     if v is None: raise at.error(name, 'missing field', f'Give every question a {at.columns.get(name, name)}')
-    if not isinstance(v, str): raise at.error(name, f'expected a string, got {type(v).__name__} {v!r}', 'Write this field as a string')
+    if not isinstance(v, str):
+        raise at.error(name, f'expected a string, got {type(v).__name__} {v!r}', 'Write this field as a string')
     if required and not v.strip(): raise at.error(name, 'empty value', 'Fill in this field')
     return v
 
 def _options(rec:dict, at:RecordAt) -> tuple[str, ...]:
     "The options of `rec`: a list of at least 2 strings, letter prefixes (if any) in order."
     v = rec.get('options')
-    if v is None: raise at.error('options', 'missing field', 'Give every question its options, e.g. ["A. red", "B. blue"]')
+    if v is None:
+        raise at.error('options', 'missing field', 'Give every question its options, e.g. ["A. red", "B. blue"]')
     if not isinstance(v, (list, tuple)) or not all(isinstance(o, str) for o in v):
-        raise at.error('options', f'options must be a list of strings, got {v!r:.80}', 'Write options as a list like ["A. red", "B. blue"]')
-    if not 2 <= len(v) <= 26: raise at.error('options', f'{len(v)} option(s); a question needs 2 to 26', 'Give the question its full list of options')
+        raise at.error('options', f'options must be a list of strings, got {v!r:.80}',
+                       'Write options as a list like ["A. red", "B. blue"]')
+    if not 2 <= len(v) <= 26:
+        raise at.error('options', f'{len(v)} option(s); a question needs 2 to 26',
+                       'Give the question its full list of options')
     for letter, o in zip(ascii_uppercase, v):
         if (m := _LETTER_PREFIX.match(o)) and m[1] != letter:
-            raise at.error('options', f'option {o!r} stands in position {letter}', 'List the options in letter order A, B, C, ...')
+            raise at.error('options', f'option {o!r} stands in position {letter}',
+                           'List the options in letter order A, B, C, ...')
     return tuple(v)
 
 def _answer(rec:dict, options:tuple, at:RecordAt) -> str:
     "The answer letter of `rec`, which must name one of `options`."
     v = rec.get('answer')
     if v is None: raise at.error('answer', 'missing field', 'Give every question its answer letter')
-    if not isinstance(v, str): raise at.error('answer', f'answer must be a letter string like "B", got {type(v).__name__} {v!r}', 'Write the answer as the letter in quotes')
+    if not isinstance(v, str):
+        raise at.error('answer', f'answer must be a letter string like "B", got {type(v).__name__} {v!r}',
+                       'Write the answer as the letter in quotes')
     if v.strip() not in (letters := option_letters(options)):
-        raise at.error('answer', f'answer {v!r} is not one of the option letters {", ".join(letters)}', 'Set answer to the letter of the correct option')
+        raise at.error('answer', f'answer {v!r} is not one of the option letters {", ".join(letters)}',
+                       'Set answer to the letter of the correct option')
     return v.strip()
 
 def _source_nodes(rec:dict, at:RecordAt) -> tuple[str, ...]:
     "The optional list of evidence node ids of `rec`."
     v = rec.get('source_nodes') or ()
     if not isinstance(v, (list, tuple)) or not all(isinstance(s, str) for s in v):
-        raise at.error('source_nodes', f'source_nodes must be a list of node ids, got {v!r:.80}', 'Write it as a list of strings')
+        raise at.error('source_nodes', f'source_nodes must be a list of node ids, got {v!r:.80}',
+                       'Write it as a list of strings')
     return tuple(v)
 
 # %% ../nbs/01_data.ipynb #d60efad9
@@ -124,7 +134,10 @@ def question_from_record(rec:dict, # one question in treetrm's field names
                         ) -> Question:
     "Check one record and build its `Question`; any problem is a `DataError` naming file, row and field."
     at = at or RecordAt(Path('<record>'), 1)
-    if not isinstance(rec, dict): raise DataError(where(f'expected a JSON object, got {type(rec).__name__}', 'Write one object per question', file=at.file, row=at.row))
+    if not isinstance(rec, dict):
+        raise DataError(
+            where(f'expected a JSON object, got {type(rec).__name__}', 'Write one object per question', file=at.file,
+                  row=at.row))
     options = _options(rec, at)
     return Question(**{n: _text(rec, n, at) for n in _REQUIRED}, options=options, answer=_answer(rec, options, at),
                     **{n: _text(rec, n, at, required=False) for n in _OPTIONAL}, source_nodes=_source_nodes(rec, at))
@@ -134,10 +147,14 @@ def _read_text(path:Path) -> str:
     "The UTF-8 text of `path`; a missing, empty or non-UTF-8 file is a DataError."
     try: data = path.read_bytes()
     except FileNotFoundError: raise DataError(where('file not found', 'Check the path', file=path)) from None
-    if not data.strip(): raise DataError(where('file is empty', 'Point at a file that holds data, or regenerate it', file=path))
-    try: return data.decode('utf-8')
+    if not data.strip():
+        raise DataError(where('file is empty', 'Point at a file that holds data, or regenerate it', file=path))
+    try:
+        return data.decode('utf-8')
     except UnicodeDecodeError as e:
-        raise DataError(where(f'file is not UTF-8 (byte {e.start})', 'Re-save it as UTF-8', file=path, row=data[:e.start].count(b'\n') + 1)) from None
+        raise DataError(
+            where(f'file is not UTF-8 (byte {e.start})', 'Re-save it as UTF-8', file=path,
+                  row=data[:e.start].count(b'\n') + 1)) from None
 
 # %% ../nbs/01_data.ipynb #a3bf8ac7
 def _jsonl_records(path:Path, text:str, columns:dict|None=None) -> list[tuple[RecordAt, dict]]:
@@ -145,13 +162,17 @@ def _jsonl_records(path:Path, text:str, columns:dict|None=None) -> list[tuple[Re
     out = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip(): continue
-        try: out.append((RecordAt(path, i, columns or {}), json.loads(line)))
+        try:
+            out.append((RecordAt(path, i, columns or {}), json.loads(line)))
         except json.JSONDecodeError as e:
-            raise DataError(where(f'invalid JSON on this line: {e.msg} (column {e.colno})', 'Fix the line; each line must be one JSON object', file=path, row=i)) from None
+            raise DataError(
+                where(f'invalid JSON on this line: {e.msg} (column {e.colno})',
+                      'Fix the line; each line must be one JSON object', file=path, row=i)) from None
     return out
 
 # %% ../nbs/01_data.ipynb #64665e3b
-HF_COLUMNS = ('video_id', 'duration', 'domain', 'sub_category', 'url', 'videoID', 'question_id', 'task_type', 'question', 'options', 'answer')
+HF_COLUMNS = ('video_id', 'duration', 'domain', 'sub_category', 'url', 'videoID', 'question_id', 'task_type',
+              'question', 'options', 'answer')
 _HF_REQUIRED = ('videoID', 'question_id', 'task_type', 'question', 'options', 'answer')
 _HF_NAMES = {'video_id': 'videoID', 'video_number': 'video_id'} # our field -> HF column
 
@@ -164,16 +185,21 @@ def _from_hf(rec) -> dict:
 def _require_bytes(path:Path) -> None:
     "Fail, naming `path`, when it is missing or empty."
     if not path.exists(): raise DataError(where('file not found', 'Check the path', file=path))
-    if path.stat().st_size == 0: raise DataError(where('file is empty', 'Point at a file that holds data, or regenerate it', file=path))
+    if path.stat().st_size == 0:
+        raise DataError(where('file is empty', 'Point at a file that holds data, or regenerate it', file=path))
 
 def _hf_parquet_records(path:Path) -> list[tuple[RecordAt, dict]]:
     "(where, record) for each row of a Video-MME parquet file."
     _require_bytes(path)
-    try: df = pl.read_parquet(path)
+    try:
+        df = pl.read_parquet(path)
     except (pl.exceptions.PolarsError, OSError) as e:
-        raise DataError(where(f'not a readable parquet file ({e})', 'Re-download or re-export the file', file=path)) from None
+        raise DataError(where(f'not a readable parquet file ({e})', 'Re-download or re-export the file',
+                              file=path)) from None
     if missing := [c for c in _HF_REQUIRED if c not in df.columns]:
-        raise DataError(where(f'missing column(s) {", ".join(missing)}', f'A Video-MME parquet needs the columns {", ".join(HF_COLUMNS)}', file=path, field=','.join(missing)))
+        raise DataError(
+            where(f'missing column(s) {", ".join(missing)}',
+                  f'A Video-MME parquet needs the columns {", ".join(HF_COLUMNS)}', file=path, field=','.join(missing)))
     return [(RecordAt(path, i, _HF_NAMES), _from_hf(r)) for i, r in enumerate(df.to_dicts(), 1)]
 
 def _hf_json_records(path:Path) -> list[tuple[RecordAt, dict]]:
@@ -186,14 +212,22 @@ def _hf_json_records(path:Path) -> list[tuple[RecordAt, dict]]:
 def _per_video_records(folder:Path) -> list[tuple[RecordAt, dict]]:
     "(where, record) for every question in a folder of `<video_id>.json` files, files in name order."
     files = sorted(folder.glob('*.json'))
-    if not files: raise DataError(where('no <video_id>.json files in this folder', 'Point at a folder of per-video question lists', file=folder))
+    if not files:
+        raise DataError(
+            where('no <video_id>.json files in this folder', 'Point at a folder of per-video question lists',
+                  file=folder))
     return [pair for f in files for pair in _one_video_records(f)]
 
 def _one_video_records(path:Path) -> list[tuple[RecordAt, dict]]:
     "(where, record) for each question in one per-video json list; the file stem is the video id."
-    _read_text(path); data = read_json(path)
-    if not isinstance(data, list): raise DataError(where(f'expected a JSON list of questions, got {type(data).__name__}', 'Write the file as [ {...}, {...} ]', file=path))
-    return [(RecordAt(path, i), {**r, 'video_id': path.stem} if isinstance(r, dict) else r) for i, r in enumerate(data, 1)]
+    _read_text(path)
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise DataError(
+            where(f'expected a JSON list of questions, got {type(data).__name__}', 'Write the file as [ {...}, {...} ]',
+                  file=path))
+    return [(RecordAt(path, i), {**r, 'video_id': path.stem} if isinstance(r, dict) else r)
+            for i, r in enumerate(data, 1)]
 
 # %% ../nbs/01_data.ipynb #2b4b7caf
 def _check_unique(checked:list[tuple[RecordAt, Question]]) -> None:
@@ -201,9 +235,13 @@ def _check_unique(checked:list[tuple[RecordAt, Question]]) -> None:
     first = {}
     for at, q in checked:
         if (prev := first.setdefault(q.question_id, at)) is not at:
-            raise at.error('question_id', f'duplicate question_id {q.question_id!r} (first at {prev.file.name} row {prev.row})', 'Give every question a unique id')
+            raise at.error('question_id',
+                           f'duplicate question_id {q.question_id!r} (first at {prev.file.name} row {prev.row})',
+                           'Give every question a unique id')
 
-_READERS = {'.parquet': _hf_parquet_records, '.json': _hf_json_records, '.jsonl': lambda p: _jsonl_records(p, _read_text(p))}
+_READERS = {
+    '.parquet': _hf_parquet_records, '.json': _hf_json_records, '.jsonl': lambda p: _jsonl_records(p, _read_text(p))
+}
 
 def load_questions(path:str|Path # HF Video-MME .parquet/.json, treetrm .jsonl, or a folder of <video_id>.json
                   ) -> list[Question]:
@@ -211,7 +249,9 @@ def load_questions(path:str|Path # HF Video-MME .parquet/.json, treetrm .jsonl, 
     path = Path(path)
     if not path.exists(): raise DataError(where('question file not found', 'Check the path', file=path))
     if not path.is_dir() and path.suffix not in _READERS:
-        raise DataError(where(f'unknown question file type {path.suffix!r}', 'Use .parquet or .json (Video-MME), .jsonl, or a folder of <video_id>.json', file=path))
+        raise DataError(
+            where(f'unknown question file type {path.suffix!r}',
+                  'Use .parquet or .json (Video-MME), .jsonl, or a folder of <video_id>.json', file=path))
     records = _per_video_records(path) if path.is_dir() else _READERS[path.suffix](path)
     checked = [(at, question_from_record(r, at)) for at, r in records]
     if not checked: raise DataError(where('no questions found', 'Point at a file that holds questions', file=path))
@@ -225,7 +265,8 @@ def question_record(q:Question) -> dict:
 
 def save_questions(questions:list[Question], path:str|Path) -> Path:
     "Write `questions` to a jsonl file atomically."
-    return atomic_write_text(path, ''.join(json.dumps(question_record(q), ensure_ascii=False) + '\n' for q in questions))
+    return atomic_write_text(path,
+                             ''.join(json.dumps(question_record(q), ensure_ascii=False) + '\n' for q in questions))
 
 # %% ../nbs/01_data.ipynb #26692a90
 def questions_fingerprint(path:str|Path, # where the questions came from
@@ -239,7 +280,10 @@ def questions_fingerprint(path:str|Path, # where the questions came from
 def questions_frame(questions:list[Question]) -> pl.DataFrame:
     "One row per question, all fields as columns."
     cols = [f.name for f in fields(Question)]
-    return pl.DataFrame([asdict(q) for q in questions], schema={c: (pl.List(pl.String) if c in ('options', 'source_nodes') else pl.String) for c in cols})
+    return pl.DataFrame([asdict(q) for q in questions], schema={
+        c: (pl.List(pl.String) if c in ('options', 'source_nodes') else pl.String)
+        for c in cols
+    })
 
 # %% ../nbs/01_data.ipynb #03cc5345
 @dataclass(frozen=True)
@@ -258,15 +302,22 @@ def _unit(unit_id:str, questions:list[Question]) -> QuestionUnit:
     "A unit from its questions, which must share video and task type."
     for name in ('video_id', 'task_type'):
         if len(values := sorted({getattr(q, name) for q in questions})) > 1:
-            raise DataError(where(f'unit mixes {name} values {values}', 'Questions sharing a unit_id must share video and task type; fix the unit_id', unit=unit_id, field=name))
+            raise DataError(
+                where(f'unit mixes {name} values {values}',
+                      'Questions sharing a unit_id must share video and task type; fix the unit_id', unit=unit_id,
+                      field=name))
     return QuestionUnit(unit_id, questions[0].task_type, questions[0].video_id, tuple(questions))
 
 def build_units(questions:list[Question]) -> list[QuestionUnit]:
     "Group questions into scoring units by `unit_id` (a lone question is its own unit), in first-seen order."
     groups, seen = {}, set()
     for q in questions:
-        if q.question_id in seen: raise DataError(where(f'duplicate question_id {q.question_id!r}', 'Give every question a unique id', field='question_id'))
-        seen.add(q.question_id); groups.setdefault(q.unit_id or q.question_id, []).append(q)
+        if q.question_id in seen:
+            raise DataError(
+                where(f'duplicate question_id {q.question_id!r}', 'Give every question a unique id',
+                      field='question_id'))
+        seen.add(q.question_id)
+        groups.setdefault(q.unit_id or q.question_id, []).append(q)
     return [_unit(u, qs) for u, qs in groups.items()]
 
 # %% ../nbs/01_data.ipynb #b5da6171
@@ -275,7 +326,8 @@ def unit_correct(unit:QuestionUnit, # the unit to score
                 ) -> bool:
     "True iff every question of the unit was answered right."
     if missing := [i for i in unit.question_ids if i not in correct]:
-        raise DataError(where(f'no result for question(s) {missing}', 'Score every question of the unit first', unit=unit.unit_id))
+        raise DataError(
+            where(f'no result for question(s) {missing}', 'Score every question of the unit first', unit=unit.unit_id))
     return all(bool(correct[i]) for i in unit.question_ids)
 
 # %% ../nbs/01_data.ipynb #15ba4397
@@ -330,10 +382,13 @@ class VideoTree:
     def node(self, node_id:str) -> Node:
         "The node `node_id`; an unknown id is a DataError."
         if node_id not in self.nodes:
-            raise DataError(where(f'unknown node id {node_id!r}', f'Use an id of this tree; the roots are {", ".join(self.roots)}', video=self.video_id, node=node_id))
+            raise DataError(
+                where(f'unknown node id {node_id!r}', f'Use an id of this tree; the roots are {", ".join(self.roots)}',
+                      video=self.video_id, node=node_id))
         return self.nodes[node_id]
 
-    def children(self, node_id:str) -> tuple[Node, ...]: return tuple(self.nodes[c] for c in self.node(node_id).children_ids)
+    def children(self, node_id: str) -> tuple[Node, ...]:
+        return tuple(self.nodes[c] for c in self.node(node_id).children_ids)
     def parent(self, node_id:str) -> Node|None: return self.nodes.get(self.node(node_id).parent_id)
     def level(self, level:int) -> tuple[Node, ...]:
         "All nodes of one level, in time order."
@@ -347,41 +402,54 @@ def _node_error(file:Path, node_id:str, name:str, msg:str, hint:str) -> DataErro
 def _level(raw:dict, err) -> int:
     "The node's level: the integer 1, 2 or 3."
     v = raw.get('level')
-    if type(v) is not int or v not in SUMMARY_KEYS: raise err('level', f'level must be 1, 2 or 3, got {v!r}', 'Set level to 1 (scene), 2 (event) or 3 (keyframe)')
+    if type(v) is not int or v not in SUMMARY_KEYS:
+        raise err('level', f'level must be 1, 2 or 3, got {v!r}', 'Set level to 1 (scene), 2 (event) or 3 (keyframe)')
     return v
 
 def _span(raw:dict, err) -> tuple[float, float]:
     "The node's (start, end) in seconds, 0 <= start <= end."
     v = raw.get('time_range')
-    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)):
-        raise err('time_range', f'time_range must be [start, end] in seconds, got {v!r}', 'Write it as two numbers, e.g. [0.0, 30.0]')
+    if not (isinstance(v, list) and len(v) == 2
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)):
+        raise err('time_range', f'time_range must be [start, end] in seconds, got {v!r}',
+                  'Write it as two numbers, e.g. [0.0, 30.0]')
     start, end = map(float, v)
-    if not 0 <= start <= end: raise err('time_range', f'time_range [{start}, {end}] must have 0 <= start <= end', 'Fix the start and end times')
+    if not 0 <= start <= end:
+        raise err('time_range', f'time_range [{start}, {end}] must have 0 <= start <= end',
+                  'Fix the start and end times')
     return (start, end)
 
 def _card(raw:dict, err) -> dict:
     "The node's card, a JSON object."
     v = raw.get('card')
-    if not isinstance(v, dict): raise err('card', f'card must be a JSON object, got {type(v).__name__}', 'Give the node a card such as {"frame_summary": "..."}')
+    if not isinstance(v, dict):
+        raise err('card', f'card must be a JSON object, got {type(v).__name__}',
+                  'Give the node a card such as {"frame_summary": "..."}')
     return v
 
 def _subtitle(raw:dict, err) -> str:
     "The node's subtitle ('' when missing or null)."
     v = raw.get('subtitle') or ''
-    if not isinstance(v, str): raise err('subtitle', f'subtitle must be a string, got {type(v).__name__}', 'Write the subtitle as a string ("" when silent)')
+    if not isinstance(v, str):
+        raise err('subtitle', f'subtitle must be a string, got {type(v).__name__}',
+                  'Write the subtitle as a string ("" when silent)')
     return v
 
 def _children(raw:dict, err) -> tuple[str, ...]:
     "The node's child ids, each listed once."
     v = raw.get('children_ids') or []
     if not isinstance(v, list) or not all(isinstance(c, str) for c in v) or len(set(v)) != len(v):
-        raise err('children_ids', f'children_ids must be a list of distinct node ids, got {v!r:.80}', 'List each child id once')
+        raise err('children_ids', f'children_ids must be a list of distinct node ids, got {v!r:.80}',
+                  'List each child id once')
     return tuple(v)
 
 def _node_fields(raw, err) -> dict:
     "The checked fields of one raw node, keyed like `Node`'s."
-    if not isinstance(raw, dict): raise err('nodes', f'node must be a JSON object, got {type(raw).__name__}', 'Write each node as {"level": .., "time_range": .., "card": ..}')
-    return dict(level=_level(raw, err), time_range=_span(raw, err), card=_card(raw, err), subtitle=_subtitle(raw, err), children_ids=_children(raw, err))
+    if not isinstance(raw, dict):
+        raise err('nodes', f'node must be a JSON object, got {type(raw).__name__}',
+                  'Write each node as {"level": .., "time_range": .., "card": ..}')
+    return dict(level=_level(raw, err), time_range=_span(raw, err), card=_card(raw, err), subtitle=_subtitle(raw, err),
+                children_ids=_children(raw, err))
 
 # %% ../nbs/01_data.ipynb #cd23123b
 _SPAN_SLACK = 1e-6 # seconds of rounding allowed when a child's span is compared with its parent's
@@ -391,38 +459,50 @@ def _parents(fields:dict, err) -> dict[str, str]:
     parent = {}
     for nid, f in fields.items():
         for c in f['children_ids']:
-            if c not in fields: raise err(nid, 'children_ids', f'child {c!r} is not in nodes', 'Add the child node or remove it from children_ids')
-            if c in parent: raise err(c, 'children_ids', f'node is listed as a child of both {parent[c]!r} and {nid!r}', 'List each node under exactly one parent')
+            if c not in fields:
+                raise err(nid, 'children_ids', f'child {c!r} is not in nodes',
+                          'Add the child node or remove it from children_ids')
+            if c in parent:
+                raise err(c, 'children_ids', f'node is listed as a child of both {parent[c]!r} and {nid!r}',
+                          'List each node under exactly one parent')
             parent[c] = nid
     return parent
 
 def _loop_through(start:str, parent:dict) -> list[str]|None:
     "The ids on a parent loop that passes through `start`, or None."
     seen, n = [start], parent.get(start)
-    while n is not None and n not in seen: seen.append(n); n = parent.get(n)
+    while n is not None and n not in seen:
+        seen.append(n)
+        n = parent.get(n)
     return seen if n == start else None
 
 def _check_no_cycle(parent:dict, err) -> None:
     "Fail on the first node whose parent chain loops back to it."
     for nid in parent:
         if loop := _loop_through(nid, parent):
-            raise err(nid, 'children_ids', f'cycle: {" -> ".join(reversed(loop + [nid]))}', 'Remove the child link that points back up the tree')
+            raise err(nid, 'children_ids', f'cycle: {" -> ".join(reversed(loop + [nid]))}',
+                      'Remove the child link that points back up the tree')
 
 def _check_edges(fields:dict, parent:dict, err) -> None:
     "Each child is one level below its parent and inside its parent's span."
     for c, p in parent.items():
         child, up = fields[c], fields[p]
         if child['level'] != up['level'] + 1:
-            raise err(c, 'level', f'level {child["level"]} under level-{up["level"]} parent {p!r}; a child must be exactly one level below', 'Fix the level or move the node')
+            raise err(
+                c, 'level',
+                f'level {child["level"]} under level-{up["level"]} parent {p!r}; a child must be exactly one level below',
+                'Fix the level or move the node')
         (cs, ce), (ps, pe) = child['time_range'], up['time_range']
         if cs < ps - _SPAN_SLACK or ce > pe + _SPAN_SLACK:
-            raise err(c, 'time_range', f'span [{cs}, {ce}] is outside parent {p!r} span [{ps}, {pe}]', 'Fix the times so every child lies inside its parent')
+            raise err(c, 'time_range', f'span [{cs}, {ce}] is outside parent {p!r} span [{ps}, {pe}]',
+                      'Fix the times so every child lies inside its parent')
 
 def _roots(fields:dict, parent:dict, err) -> list[str]:
     "The parentless nodes, which must all be level 1."
     for nid, f in fields.items():
         if nid not in parent and f['level'] != 1:
-            raise err(nid, 'parent', f'level-{f["level"]} node has no parent', f'List it in the children_ids of a level-{f["level"] - 1} node')
+            raise err(nid, 'parent', f'level-{f["level"]} node has no parent',
+                      f'List it in the children_ids of a level-{f["level"] - 1} node')
     return [n for n in fields if n not in parent]
 
 # %% ../nbs/01_data.ipynb #dc4f6e9a
@@ -430,17 +510,29 @@ def _tree_file(path:str|Path) -> Path:
     "The tree.json that `path` names (the file itself or its folder)."
     p = Path(path)
     p = p/'tree.json' if p.is_dir() else p
-    if not p.is_file(): raise DataError(where('tree.json not found', 'Point at <trees_dir>/<videoID>/tree.json or its folder', file=p))
+    if not p.is_file():
+        raise DataError(where('tree.json not found', 'Point at <trees_dir>/<videoID>/tree.json or its folder', file=p))
     return p
 
 def _tree_header(data, file:Path) -> tuple[str, float|None, dict]:
     "videoID, duration_seconds and the raw nodes map of a parsed tree.json."
-    if not isinstance(data, dict): raise DataError(where(f'expected a JSON object, got {type(data).__name__}', 'A tree.json is {"videoID": .., "nodes": {..}}', file=file))
+    if not isinstance(data, dict):
+        raise DataError(
+            where(f'expected a JSON object, got {type(data).__name__}', 'A tree.json is {"videoID": .., "nodes": {..}}',
+                  file=file))
     nodes, vid, dur = data.get('nodes'), data.get('videoID', file.parent.name), data.get('duration_seconds')
-    if not isinstance(nodes, dict) or not nodes: raise DataError(where('missing or empty "nodes" map', 'A tree.json needs {"nodes": {node_id: {...}, ...}}', file=file, field='nodes'))
-    if not isinstance(vid, str) or not vid: raise DataError(where(f'videoID must be a non-empty string, got {vid!r}', 'Set videoID to the video id', file=file, field='videoID'))
+    if not isinstance(nodes, dict) or not nodes:
+        raise DataError(
+            where('missing or empty "nodes" map', 'A tree.json needs {"nodes": {node_id: {...}, ...}}', file=file,
+                  field='nodes'))
+    if not isinstance(vid, str) or not vid:
+        raise DataError(
+            where(f'videoID must be a non-empty string, got {vid!r}', 'Set videoID to the video id', file=file,
+                  field='videoID'))
     if dur is not None and (isinstance(dur, bool) or not isinstance(dur, (int, float))):
-        raise DataError(where(f'duration_seconds must be a number, got {dur!r}', 'Set it in seconds or leave it out', file=file, field='duration_seconds'))
+        raise DataError(
+            where(f'duration_seconds must be a number, got {dur!r}', 'Set it in seconds or leave it out', file=file,
+                  field='duration_seconds'))
     return vid, dur, nodes
 
 def load_tree(path:str|Path # a tree.json, or the folder holding it
@@ -454,23 +546,31 @@ def load_tree(path:str|Path # a tree.json, or the folder holding it
 @functools.lru_cache(maxsize=512)
 def _checked_tree(file:str, resolved:str, inode:int, mtime_ns:int, size:int) -> VideoTree:
     "One tree file parsed and checked, remembered while the file is unchanged (a `VideoTree` is frozen; treat cards as read-only)."
-    file = Path(file); _read_text(file)
+    file = Path(file)
+    _read_text(file)
     vid, dur, raw = _tree_header(read_json(file), file)
     err = partial(_node_error, file)
     fields = {nid: _node_fields(r, partial(err, nid)) for nid, r in raw.items()}
-    parent = _parents(fields, err); _check_no_cycle(parent, err); _check_edges(fields, parent, err)
+    parent = _parents(fields, err)
+    _check_no_cycle(parent, err)
+    _check_edges(fields, parent, err)
     nodes = {nid: Node(nid, parent_id=parent.get(nid), **f) for nid, f in fields.items()}
     roots = tuple(n.node_id for n in sorted((nodes[r] for r in _roots(fields, parent, err)), key=_time_order))
-    return VideoTree(vid, float(dur if dur is not None else max(f['time_range'][1] for f in fields.values())), nodes, roots, file.parent)
+    return VideoTree(vid, float(dur if dur is not None else max(f['time_range'][1] for f in fields.values())), nodes,
+                     roots, file.parent)
 
 # %% ../nbs/01_data.ipynb #23fcbb53
 def _tree_for(trees_dir:Path, video_id:str) -> VideoTree:
     "The tree of `video_id` under `trees_dir`, which must say it belongs to that video."
     if not (trees_dir/video_id/'tree.json').is_file():
-        raise DataError(where(f'no tree for video {video_id!r}', 'Build its tree or drop its questions', file=trees_dir/video_id/'tree.json'))
+        raise DataError(
+            where(f'no tree for video {video_id!r}', 'Build its tree or drop its questions',
+                  file=trees_dir / video_id / 'tree.json'))
     tree = load_tree(trees_dir/video_id)
     if tree.video_id != video_id:
-        raise DataError(where(f'videoID {tree.video_id!r} does not match its folder {video_id!r}', 'Rename the folder or fix videoID', file=trees_dir/video_id/'tree.json', field='videoID'))
+        raise DataError(
+            where(f'videoID {tree.video_id!r} does not match its folder {video_id!r}',
+                  'Rename the folder or fix videoID', file=trees_dir / video_id / 'tree.json', field='videoID'))
     return tree
 
 def load_trees(trees_dir:str|Path, # folder of <videoID>/tree.json
@@ -479,8 +579,11 @@ def load_trees(trees_dir:str|Path, # folder of <videoID>/tree.json
     "Load the trees under `trees_dir`, keyed by video id (sorted when `video_ids` is None)."
     trees_dir = Path(trees_dir)
     if not trees_dir.is_dir(): raise DataError(where('trees folder not found', 'Check the path', file=trees_dir))
-    ids = sorted(p.parent.name for p in trees_dir.glob('*/tree.json')) if video_ids is None else list(dict.fromkeys(video_ids))
-    if not ids: raise DataError(where('no <videoID>/tree.json in this folder', 'Point at the folder that holds the trees', file=trees_dir))
+    ids = sorted(p.parent.name
+                 for p in trees_dir.glob('*/tree.json')) if video_ids is None else list(dict.fromkeys(video_ids))
+    if not ids:
+        raise DataError(
+            where('no <videoID>/tree.json in this folder', 'Point at the folder that holds the trees', file=trees_dir))
     return {v: _tree_for(trees_dir, v) for v in ids}
 
 # %% ../nbs/01_data.ipynb #137f0a6d

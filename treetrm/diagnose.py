@@ -54,16 +54,21 @@ def load_diagnose_prompts(folder:str|Path|DiagnosePrompts|None=None # templates 
     if isinstance(folder, DiagnosePrompts): return folder
     d = Path(folder) if folder else default_diagnose_dir()
     if missing := [f for f in PROMPT_FILES if not (d/f).is_file()]:
-        raise ConfigError(where(f'judge prompt template {missing[0]} is missing', f'Every file is needed: {", ".join(PROMPT_FILES)}', folder=d))
+        raise ConfigError(
+            where(f'judge prompt template {missing[0]} is missing', f'Every file is needed: {", ".join(PROMPT_FILES)}',
+                  folder=d))
     return DiagnosePrompts({f: (d/f).read_text(encoding='utf-8') for f in PROMPT_FILES})
 
 # %% ../nbs/08_diagnose.ipynb #c512ed09
 def code_version() -> str:
     "The git short sha of the treetrm checkout, or the package version when it is not a git checkout."
     from treetrm import __version__
-    try: out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=Path(__file__).parent if '__file__' in globals() else None,
-                              capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError): return f'v{__version__}'
+    try:
+        out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
+                             cwd=Path(__file__).parent if '__file__' in globals() else None, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return f'v{__version__}'
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else f'v{__version__}'
 
 def diag_fingerprint(prompt_version:str, # sha of the judge templates
@@ -71,7 +76,8 @@ def diag_fingerprint(prompt_version:str, # sha of the judge templates
                      code:str|None=None # code version (default: `code_version()`)
                     ) -> str:
     "`prompt=<12 hex>;model=<name>;code=<version>`."
-    if not judge_model: raise ConfigError(where('the judge model name is empty', 'Configure a judge model', field='judge_model'))
+    if not judge_model:
+        raise ConfigError(where('the judge model name is empty', 'Configure a judge model', field='judge_model'))
     return f'prompt={prompt_version[:12]};model={judge_model};code={code or code_version()}'
 
 # %% ../nbs/08_diagnose.ipynb #1f5adf02
@@ -80,8 +86,10 @@ def check_judge_model(expected:str, # the configured judge model
                      ) -> None:
     "A `ConfigError` when the model that answered is not the configured judge model."
     if not answered or answered == expected or answered.startswith(expected + '-'): return
-    raise ConfigError(where(f'the judge reply came from model {answered!r}, but the configured judge model is {expected!r}',
-                            'Point the judge role at the configured model (TREETRM_JUDGE_MODEL) or pass judge_model to match it', field='judge_model'))
+    raise ConfigError(
+        where(f'the judge reply came from model {answered!r}, but the configured judge model is {expected!r}',
+              'Point the judge role at the configured model (TREETRM_JUDGE_MODEL) or pass judge_model to match it',
+              field='judge_model'))
 
 # %% ../nbs/08_diagnose.ipynb #320dbae5
 def is_infra_or_empty(p:dict) -> bool:
@@ -101,8 +109,9 @@ def trace_steps(steps_json, # the `steps_json` of a prediction row (JSON text or
                ) -> list[dict]:
     "The agent's tool calls as `{tool, args, output}` dicts, in order."
     steps = json.loads(steps_json) if isinstance(steps_json, str) else (steps_json or [])
-    return [{'tool': s['tool'], 'args': s.get('args') or {}, 'output': _cut(str(s.get('output') or ''), max_output_chars)}
-            for s in steps if isinstance(s, dict) and s.get('tool')]
+    return [{
+        'tool': s['tool'], 'args': s.get('args') or {}, 'output': _cut(str(s.get('output') or ''), max_output_chars)
+    } for s in steps if isinstance(s, dict) and s.get('tool')]
 
 # %% ../nbs/08_diagnose.ipynb #219abfdc
 def diagnose_context(q:Question, # the question
@@ -119,7 +128,8 @@ def _soft(text) -> str: return str(text).replace('```', "'''")
 
 def _steps_text(steps:list[dict]) -> str:
     if not steps: return '(no tool calls)'
-    return '\n\n'.join(f'{i + 1}. `{s["tool"]}` {canonical_json(s["args"])}\n{_soft(s["output"])}' for i, s in enumerate(steps))
+    return '\n\n'.join(f'{i + 1}. `{s["tool"]}` {canonical_json(s["args"])}\n{_soft(s["output"])}'
+                       for i, s in enumerate(steps))
 
 def diagnose_messages(prompts:DiagnosePrompts, # the judge templates
                       ctx:dict, # from `diagnose_context`
@@ -129,9 +139,11 @@ def diagnose_messages(prompts:DiagnosePrompts, # the judge templates
                      ) -> list[dict]:
     "The judge's chat messages for one case."
     user = string.Template(prompts.texts['request.md']).substitute(
-        task_type=ctx['task_type'], question=_soft(ctx['question']), options='\n'.join(map(_soft, ctx['options'])), answer=ctx['answer'],
-        prediction=ctx['prediction'], stop_reason=stop_reason or 'unknown', skill_file=ctx['skill_file'], skill_text=_soft(skill_text).strip(),
-        steps=_steps_text(ctx['steps']), evidence=_soft(evidence or '(the video tree was not given to the diagnosis)'), context=json.dumps(ctx, ensure_ascii=False))
+        task_type=ctx['task_type'], question=_soft(ctx['question']), options='\n'.join(map(_soft, ctx['options'])),
+        answer=ctx['answer'], prediction=ctx['prediction'], stop_reason=stop_reason or 'unknown',
+        skill_file=ctx['skill_file'], skill_text=_soft(skill_text).strip(), steps=_steps_text(ctx['steps']),
+        evidence=_soft(evidence or '(the video tree was not given to the diagnosis)'),
+        context=json.dumps(ctx, ensure_ascii=False))
     return [{'role': 'system', 'content': prompts.system()}, {'role': 'user', 'content': user}]
 
 # %% ../nbs/08_diagnose.ipynb #882eb0aa
@@ -144,7 +156,8 @@ def opened_nodes(steps:list[dict]) -> list[str]:
     for s in steps:
         a = s.get('args') or {}
         if s.get('tool') == 'view_node': ids.append(a.get('node_id'))
-        elif s.get('tool') == 'observe_frame': ids += [a.get('node_ids')] if isinstance(a.get('node_ids'), str) else list(a.get('node_ids') or [])
+        elif s.get('tool') == 'observe_frame':
+            ids += [a.get('node_ids')] if isinstance(a.get('node_ids'), str) else list(a.get('node_ids') or [])
     return list(dict.fromkeys(i for i in ids if isinstance(i, str)))
 
 def evidence_nodes(tree:VideoTree, # the question's video tree
@@ -165,8 +178,12 @@ def evidence_text(tree:VideoTree|None, q:Question, steps:list[dict], max_chars:i
     parts, used = [], 0
     for node_id, why in evidence_nodes(tree, q, steps):
         text = f'({why})\n' + truncate_output(view_node(tree, node_id), NODE_EVIDENCE_CHARS)
-        if used + len(text) > max_chars: parts.append(f'[{len(evidence_nodes(tree, q, steps)) - len(parts)} more nodes left out to fit the judge\'s context]'); break
-        parts.append(text); used += len(text)
+        if used + len(text) > max_chars:
+            parts.append(
+                f'[{len(evidence_nodes(tree, q, steps)) - len(parts)} more nodes left out to fit the judge\'s context]')
+            break
+        parts.append(text)
+        used += len(text)
     return '\n\n'.join(parts)
 
 def evidence_room(judge) -> int:
@@ -174,12 +191,14 @@ def evidence_room(judge) -> int:
     ctx = getattr(judge, 'context_tokens', None)
     return int(ctx * CHARS_PER_TOKEN) // 3 if ctx else EVIDENCE_CHARS
 
-def fitted_request(judge, prompts:DiagnosePrompts, q:Question, p:dict, skill_file:str, skill_text:str, tree:VideoTree|None=None) -> tuple[dict, list[dict]]:
+def fitted_request(judge, prompts: DiagnosePrompts, q: Question, p: dict, skill_file: str, skill_text: str,
+                   tree: VideoTree | None = None) -> tuple[dict, list[dict]]:
     "(context, messages) of one judge request, its tool outputs and evidence cut down step by step until it fits the judge's context budget."
     budget, room = context_budget(judge), evidence_room(judge)
     for cap in (4000, 1500, 500, 150):
         ctx = diagnose_context(q, p, skill_file, cap)
-        messages = diagnose_messages(prompts, ctx, skill_text, p.get('stop_reason') or '', evidence_text(tree, q, ctx['steps'], room))
+        messages = diagnose_messages(prompts, ctx, skill_text,
+                                     p.get('stop_reason') or '', evidence_text(tree, q, ctx['steps'], room))
         if budget is None or estimate_tokens(messages) <= budget: break
         room //= 2
     return ctx, messages
@@ -190,7 +209,8 @@ ADHERENCE = ('followed', 'partial', 'ignored')
 def _reply_object(content:str) -> dict:
     "The JSON object of a judge reply (`ReplyError`, a `DataError`, when there is none or it was cut off)."
     if obj := reply_json(content, 'judge reply'): return obj
-    raise DataError(where('the judge reply holds no JSON object', 'The judge must answer with the Diagnosis JSON', field='reply'))
+    raise DataError(
+        where('the judge reply holds no JSON object', 'The judge must answer with the Diagnosis JSON', field='reply'))
 
 def _choice(obj:dict, name:str, allowed:tuple):
     v = obj.get(name)
@@ -203,12 +223,16 @@ def _target(obj:dict, skill_files) -> str|None:
     t = str(t).strip()
     if skill_files is None or t in skill_files: return t
     if t + '.md' in skill_files: return t + '.md'
-    raise DataError(where(f'evolution_target {t!r} is not a skill file', f'Use one of {", ".join(sorted(skill_files))} or null', field='evolution_target'))
+    raise DataError(
+        where(f'evolution_target {t!r} is not a skill file', f'Use one of {", ".join(sorted(skill_files))} or null',
+              field='evolution_target'))
 
 def _confidence(obj:dict) -> float:
     v = obj.get('confidence')
-    try: v = float(v)
-    except (TypeError, ValueError): raise DataError(where(f'confidence must be a number, got {v!r}', field='confidence')) from None
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        raise DataError(where(f'confidence must be a number, got {v!r}', field='confidence')) from None
     if not 0 <= v <= 1: raise DataError(where(f'confidence must lie in [0, 1], got {v}', field='confidence'))
     return v
 
@@ -219,12 +243,17 @@ def parse_diagnosis(content:str, # the judge's reply text
     "The Diagnosis dict of a judge reply, checked against the schema."
     obj = _reply_object(content)
     cause = obj.get('cause')
-    if not isinstance(cause, str) or not cause.strip(): raise DataError(where('cause must be a non-empty string', field='cause'))
+    if not isinstance(cause, str) or not cause.strip():
+        raise DataError(where('cause must be a non-empty string', field='cause'))
     missed = obj.get('missed_nodes') or []
-    if not isinstance(missed, list): raise DataError(where(f'missed_nodes must be a list of node ids, got {missed!r}', field='missed_nodes'))
-    return {'tier': _choice(obj, 'tier', ('T1', 'T2')), 'error_type': _choice(obj, 'error_type', ERROR_TYPES), 'cause': cause.strip(),
-            'missed_nodes': [str(n) for n in missed], 'skill_adherence': _choice(obj, 'skill_adherence', ADHERENCE),
-            'evolution_target': _target(obj, skill_files), 'confidence': _confidence(obj)}
+    if not isinstance(missed, list):
+        raise DataError(where(f'missed_nodes must be a list of node ids, got {missed!r}', field='missed_nodes'))
+    return {
+        'tier': _choice(obj, 'tier', ('T1', 'T2')), 'error_type': _choice(obj, 'error_type',
+                                                                          ERROR_TYPES), 'cause': cause.strip(),
+        'missed_nodes': [str(n) for n in missed], 'skill_adherence': _choice(obj, 'skill_adherence', ADHERENCE),
+        'evolution_target': _target(obj, skill_files), 'confidence': _confidence(obj)
+    }
 
 # %% ../nbs/08_diagnose.ipynb #b4a7729b
 @dataclass(frozen=True)
@@ -240,12 +269,19 @@ JUDGE_FAILED = 'judge call failed' # the cause of a degraded row the endpoint is
 def diagnosis_format(skill_files=None) -> dict:
     "The `response_format` of a judge reply: the Diagnosis object, with `evidence_target` one of the skill files or null."
     target = {'type': ['string', 'null']} if not skill_files else {'enum': [*sorted(skill_files), None]}
-    return json_schema_format('diagnosis', {'type': 'object', 'additionalProperties': False,
-        'properties': {'tier': {'type': 'string', 'enum': ['T1', 'T2']}, 'error_type': {'type': 'string', 'enum': list(ERROR_TYPES)},
-                       'cause': {'type': 'string', 'minLength': 1, 'maxLength': 600}, 'missed_nodes': {'type': 'array', 'items': {'type': 'string'}, 'maxItems': 12},
-                       'skill_adherence': {'type': 'string', 'enum': list(ADHERENCE)}, 'evolution_target': target,
-                       'confidence': {'type': 'number', 'minimum': 0, 'maximum': 1}},
-        'required': ['tier', 'error_type', 'cause', 'missed_nodes', 'skill_adherence', 'evolution_target', 'confidence']})
+    return json_schema_format(
+        'diagnosis', {
+            'type': 'object', 'additionalProperties': False, 'properties': {
+                'tier': {'type': 'string', 'enum': ['T1', 'T2']}, 'error_type': {
+                    'type': 'string', 'enum': list(ERROR_TYPES)
+                }, 'cause': {'type': 'string', 'minLength': 1, 'maxLength': 600}, 'missed_nodes': {
+                    'type': 'array', 'items': {'type': 'string'}, 'maxItems': 12
+                }, 'skill_adherence': {'type': 'string', 'enum': list(ADHERENCE)}, 'evolution_target': target,
+                'confidence': {'type': 'number', 'minimum': 0, 'maximum': 1}
+            }, 'required': [
+                'tier', 'error_type', 'cause', 'missed_nodes', 'skill_adherence', 'evolution_target', 'confidence'
+            ]
+        })
 
 async def judge_case(judge:LLMProvider, # the judge model
                      messages:list[dict], # from `diagnose_messages`
@@ -259,7 +295,8 @@ async def judge_case(judge:LLMProvider, # the judge model
     for attempt in range(parse_retries + 1):
         try: r = await judge.chat(messages, temperature=0.0, seed=seed + attempt, response_format=fmt)
         except InfraError as e: return Verdict(None, f'{JUDGE_FAILED}: {e}', model, attempt + 1)
-        check_judge_model(expected_model, r.model); model = r.model
+        check_judge_model(expected_model, r.model)
+        model = r.model
         try: return Verdict(parse_diagnosis(r.content, skill_files), None, model, attempt + 1)
         except DataError as e: error = f'unparseable judge reply: {e}'
     return Verdict(None, error, model, parse_retries + 1)
@@ -267,17 +304,23 @@ async def judge_case(judge:LLMProvider, # the judge model
 # %% ../nbs/08_diagnose.ipynb #675b0e63
 def t0_row(p:dict, q:Question, run_id:str, fingerprint:str) -> dict:
     "The T0 signal of an INFRA or empty wrong answer."
-    return dict(run_id=run_id, question_id=p['question_id'], diag_fingerprint=fingerprint, tier='T0', error_type=None, cause=None,
-                evolution_target=None, degraded=False, infra=True,
-                payload={'video_id': q.video_id, 'task_type': q.task_type, 'stop_reason': p.get('stop_reason'), 'prediction': p.get('prediction')})
+    return dict(
+        run_id=run_id, question_id=p['question_id'], diag_fingerprint=fingerprint, tier='T0', error_type=None,
+        cause=None, evolution_target=None, degraded=False, infra=True, payload={
+            'video_id': q.video_id, 'task_type': q.task_type, 'stop_reason': p.get('stop_reason'),
+            'prediction': p.get('prediction')
+        })
 
 def verdict_row(v:Verdict, q:Question, run_id:str, fingerprint:str, ctx:dict, skill_text:str) -> dict:
     "The T1/T2 (or degraded) signal of a judged wrong answer."
     d = v.diagnosis or {}
-    return dict(run_id=run_id, question_id=q.question_id, diag_fingerprint=fingerprint, tier=d.get('tier'), error_type=d.get('error_type'),
-                cause=d.get('cause') or v.error, evolution_target=d.get('evolution_target'), degraded=v.diagnosis is None, infra=False,
-                payload={'video_id': q.video_id, 'task_type': q.task_type, 'diagnosis': v.diagnosis, 'error': v.error,
-                         'judge_model': v.model, 'attempts': v.attempts, 'context': ctx, 'skill_text': skill_text})
+    return dict(
+        run_id=run_id, question_id=q.question_id, diag_fingerprint=fingerprint, tier=d.get('tier'),
+        error_type=d.get('error_type'), cause=d.get('cause') or v.error, evolution_target=d.get('evolution_target'),
+        degraded=v.diagnosis is None, infra=False, payload={
+            'video_id': q.video_id, 'task_type': q.task_type, 'diagnosis': v.diagnosis, 'error': v.error,
+            'judge_model': v.model, 'attempts': v.attempts, 'context': ctx, 'skill_text': skill_text
+        })
 
 # %% ../nbs/08_diagnose.ipynb #ce04816e
 @dataclass(frozen=True)
@@ -300,7 +343,9 @@ def _questions_by_id(questions:list[Question], rows:list[dict], run_id:str) -> d
     by_id = {q.question_id: q for q in questions}
     for p in rows:
         if p['question_id'] not in by_id:
-            raise DataError(where('a baseline prediction names a question that is not in the questions passed', 'Pass the benchmark the baseline ran on', run_id=run_id, question=p['question_id']))
+            raise DataError(
+                where('a baseline prediction names a question that is not in the questions passed',
+                      'Pass the benchmark the baseline ran on', run_id=run_id, question=p['question_id']))
     return by_id
 
 def _skill_of(skills:dict, task_type:str) -> tuple[str, str]:
@@ -313,8 +358,8 @@ async def _judge_one(p:dict, q:Question, judge, skills, prompts, run_id, fp, exp
     file, text = _skill_of(skills, q.task_type)
     ctx, messages = fitted_request(judge, prompts, q, p, file, text, tree)
     async with slots.hold():
-        v = await judge_case(judge, messages, expected_model=expected,
-                             skill_files=skills, parse_retries=parse_retries, seed=stable_seed(run_id, q.question_id) % 2**31)
+        v = await judge_case(judge, messages, expected_model=expected, skill_files=skills, parse_retries=parse_retries,
+                             seed=stable_seed(run_id, q.question_id) % 2**31)
     await log.ainsert('diagnosis_signals', [verdict_row(v, q, run_id, fp, ctx, text)])
     return v
 
@@ -327,30 +372,39 @@ async def _gather_all(coros) -> list:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 # %% ../nbs/08_diagnose.ipynb #635f7dc0
-async def diagnose(questions:list[Question], # the benchmark (at least every question the baseline answered)
-                   *, log:HarnessLog, # harness.db with the baseline's predictions; signals go here
-                   baseline_run_id:str, # the baseline run
-                   judge:LLMProvider, # the judge model
-                   skills_dir:str|Path, # the skills the baseline ran with
-                   concurrency:int=8, # judge calls in flight at most
-                   judge_model:str|None=None, # the configured judge model (default: `judge.model`)
-                   prompt_version:str|None=None, # override the templates' sha in the fingerprint
-                   prompts_dir:str|Path|None=None, # judge templates (default: prompts/diagnose)
-                   parse_retries:int=2, # extra calls after an unparseable reply
-                   trees_dir:str|Path|None=None # folder of <videoID>/tree.json: the judge then sees the relevant nodes (None: the trace only)
-                  ) -> DiagnosisResult:
+async def diagnose(
+    questions: list[Question],  # the benchmark (at least every question the baseline answered)
+    *,
+    log: HarnessLog,  # harness.db with the baseline's predictions; signals go here
+    baseline_run_id: str,  # the baseline run
+    judge: LLMProvider,  # the judge model
+    skills_dir: str | Path,  # the skills the baseline ran with
+    concurrency: int = 8,  # judge calls in flight at most
+    judge_model: str | None = None,  # the configured judge model (default: `judge.model`)
+    prompt_version: str | None = None,  # override the templates' sha in the fingerprint
+    prompts_dir: str | Path | None = None,  # judge templates (default: prompts/diagnose)
+    parse_retries: int = 2,  # extra calls after an unparseable reply
+    trees_dir: str | Path
+    | None = None  # folder of <videoID>/tree.json: the judge then sees the relevant nodes (None: the trace only)
+) -> DiagnosisResult:
     "Phase 0 (T0 rows) and Phase 1 (one judge call per new wrong answer), resumable; returns all signals of the run."
     check_count(concurrency, 'concurrency')
     expected = judge_model or getattr(judge, 'model', '')
     if judge_model and judge_model != getattr(judge, 'model', judge_model):
-        raise ConfigError(where(f'judge_model is {judge_model!r} but the judge provider is configured for {judge.model!r}', 'Make them agree', field='judge_model'))
+        raise ConfigError(
+            where(f'judge_model is {judge_model!r} but the judge provider is configured for {judge.model!r}',
+                  'Make them agree', field='judge_model'))
     prompts, skills = load_diagnose_prompts(prompts_dir), load_skill_dir(skills_dir)
     fp = diag_fingerprint(prompt_version or prompts.version, expected)
     preds = log.predictions(baseline_run_id)
-    if preds.height == 0: raise ConfigError(where(f'baseline run {baseline_run_id!r} has no predictions', 'Run the baseline first (run_inference)', run_id=baseline_run_id))
+    if preds.height == 0:
+        raise ConfigError(
+            where(f'baseline run {baseline_run_id!r} has no predictions', 'Run the baseline first (run_inference)',
+                  run_id=baseline_run_id))
     infra, todo = wrong_rows(preds)
     by_id = _questions_by_id(questions, infra + todo, baseline_run_id)
-    n_t0 = await log.ainsert('diagnosis_signals', [t0_row(p, by_id[p['question_id']], baseline_run_id, fp) for p in infra])
+    n_t0 = await log.ainsert('diagnosis_signals',
+                             [t0_row(p, by_id[p['question_id']], baseline_run_id, fp) for p in infra])
     have = log.frame('diagnosis_signals', baseline_run_id, diag_fingerprint=fp)
     failed = have.filter(pl.col('degraded') & pl.col('cause').str.starts_with(JUDGE_FAILED))['question_id'].to_list()
     if failed: log.drop_signals(baseline_run_id, fp, failed)  # the endpoint failed them, not the judge: ask again
@@ -358,11 +412,12 @@ async def diagnose(questions:list[Question], # the benchmark (at least every que
     new = [p for p in todo if p['question_id'] not in done]
     trees = load_trees(trees_dir, sorted({p['video_id'] for p in new})) if trees_dir is not None and new else {}
     slots = Slots(concurrency)
-    verdicts = await _gather_all(_judge_one(p, by_id[p['question_id']], judge, skills, prompts, baseline_run_id, fp,
-                                            expected, log, parse_retries, slots, trees.get(p['video_id']))
-                                 for p in new)
-    return DiagnosisResult(fp, log.frame('diagnosis_signals', baseline_run_id, diag_fingerprint=fp), n_t0, len(new), len(todo) - len(new),
-                           sum(v.diagnosis is None for v in verdicts), sum(v.attempts for v in verdicts))
+    verdicts = await _gather_all(
+        _judge_one(p, by_id[p['question_id']], judge, skills, prompts, baseline_run_id, fp, expected, log,
+                   parse_retries, slots, trees.get(p['video_id'])) for p in new)
+    return DiagnosisResult(fp, log.frame('diagnosis_signals', baseline_run_id, diag_fingerprint=fp), n_t0, len(new),
+                           len(todo) - len(new), sum(v.diagnosis is None for v in verdicts),
+                           sum(v.attempts for v in verdicts))
 
 # %% ../nbs/08_diagnose.ipynb #d2621c8c
 def _case(q:Question, p:dict, max_output_chars:int) -> dict:
@@ -376,7 +431,8 @@ def _failure(q, p, s, n) -> dict:
 def _fit(pack:dict, max_chars:int) -> dict:
     "Drop successes, then failures (keeping one), from the end until the pack fits."
     while len(canonical_json(pack)) > max_chars and (pack['successes'] or len(pack['failures']) > 1):
-        key = 'successes' if pack['successes'] else 'failures'; pack[key] = pack[key][:-1]
+        key = 'successes' if pack['successes'] else 'failures'
+        pack[key] = pack[key][:-1]
     return pack
 
 # %% ../nbs/08_diagnose.ipynb #283af0e2
@@ -400,7 +456,8 @@ def case_packs(questions:list[Question], # the questions
         pack = packs.setdefault(q.task_type, {'task_type': q.task_type, 'failures': [], 'successes': []})
         s = sig.get(q.question_id)
         if p.get('correct'): pack['successes'].append(_case(q, p, max_output_chars))
-        elif s and s.get('tier') in rank and not s.get('degraded'): pack['failures'].append(_failure(q, p, s, max_output_chars))
+        elif s and s.get('tier') in rank and not s.get('degraded'):
+            pack['failures'].append(_failure(q, p, s, max_output_chars))
     for pack in packs.values():
         pack['failures'] = sorted(pack['failures'], key=lambda c: rank[c['diagnosis']['tier']])[:max_failures]
         pack['successes'] = pack['successes'][:max_successes]

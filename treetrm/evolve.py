@@ -13,8 +13,8 @@ import polars as pl
 from .core import (DataError, ConfigError, InfraError, Slots, where, asset_dir, canonical_json, sha256_text,
                           stable_seed)
 from .llm import LLMProvider, LLMResponse, ReplyError, reply_json, json_schema_format
-from .skills import (EDIT_OPS, Edit, EditRejected, DEFAULT_SKILL, apply_edit, check_target, edit_fingerprint, parse_edit,
-                            skill_file)
+from .skills import (EDIT_OPS, Edit, EditRejected, DEFAULT_SKILL, apply_edit, check_target, edit_fingerprint,
+                            parse_edit, skill_file)
 
 # %% auto #0
 __all__ = ['CASE_FIELDS', 'DIAGNOSIS_FIELDS', 'TEMPLATE_FILES', 'PROPOSAL_STATUSES', 'PAIR_CLASSES', 'MAX_GUIDANCE_CHARS',
@@ -42,15 +42,18 @@ DIAGNOSIS_FIELDS = ('tier', 'error_type', 'cause', 'missed_nodes', 'skill_adhere
 def _as_dict(x) -> dict:
     "A shallow dict of a mapping, a dataclass or a plain object."
     if isinstance(x, dict): return x
-    if dataclasses.is_dataclass(x) and not isinstance(x, type): return {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
     return dict(vars(x)) if hasattr(x, '__dict__') else {}
 
 def _flat_case(case) -> dict:
     "A case with a nested question record and diagnosis merged into one flat dict."
     d = dict(_as_dict(case))
-    if not isinstance(d.get('question'), str) and d.get('question') is not None: d = {**_as_dict(d['question']), **{k: v for k, v in d.items() if k != 'question'}}
+    if not isinstance(d.get('question'), str) and d.get('question') is not None:
+        d = {**_as_dict(d['question']), **{k: v for k, v in d.items() if k != 'question'}}
     for k in ('diagnosis', 'signal'):
-        if d.get(k) is not None and not isinstance(d[k], str): d = {**_as_dict(d[k]), **{k2: v for k2, v in d.items() if k2 != k}}
+        if d.get(k) is not None and not isinstance(d[k], str):
+            d = {**_as_dict(d[k]), **{k2: v for k2, v in d.items() if k2 != k}}
     return d
 
 # %% ../nbs/14_evolve.ipynb #a1c1496f
@@ -79,7 +82,8 @@ def case_view(case, # a failure or success: dict or record, question and diagnos
     "The compact, JSON-ready view of one case that the evolver sees."
     d = _flat_case(case)
     out = {k: list(d[k]) if isinstance(d[k], tuple) else d[k] for k in CASE_FIELDS if d.get(k) is not None}
-    if diag := {k: list(d[k]) if isinstance(d[k], tuple) else d[k] for k in DIAGNOSIS_FIELDS if d.get(k) is not None}: out['diagnosis'] = diag
+    if diag := {k: list(d[k]) if isinstance(d[k], tuple) else d[k] for k in DIAGNOSIS_FIELDS if d.get(k) is not None}:
+        out['diagnosis'] = diag
     steps = _steps(d.get('steps', d.get('steps_json')))
     if len(steps) > max_steps: steps = steps[:max_steps-1] + steps[-1:]
     if steps: out['steps'] = [_step_view(s, max_output_chars) for s in steps]
@@ -96,7 +100,8 @@ def render_case(view:dict, # a `case_view`
     "One case as a markdown block for the evolver."
     lines = [f'### {title}: {view.get("question_id", "?")}', f'Question: {view.get("question", "")}']
     if view.get('options'): lines.append('Options: ' + ' | '.join(map(str, view['options'])))
-    lines.append(f'Correct answer: {view.get("answer", "?")}; the agent answered: {view.get("prediction") or "nothing"}')
+    lines.append(
+        f'Correct answer: {view.get("answer", "?")}; the agent answered: {view.get("prediction") or "nothing"}')
     if d := view.get('diagnosis'):
         lines.append(f'Diagnosis: {d.get("tier", "?")} {d.get("error_type", "")}: {d.get("cause", "")}'
                      + (f' (missed nodes: {", ".join(map(str, d["missed_nodes"]))})' if d.get('missed_nodes') else ''))
@@ -116,7 +121,8 @@ def pack_cases(case_pack, # dict or record with `failures` and `successes` lists
     "The case views (failures, successes) of a case pack."
     d = _as_dict(case_pack)
     fails, wins = d.get('failures') or [], d.get('successes') or []
-    return [case_view(c, **view_kw) for c in list(fails)[:max_failures]], [case_view(c, **view_kw) for c in list(wins)[:max_successes]]
+    return [case_view(c, **view_kw)
+            for c in list(fails)[:max_failures]], [case_view(c, **view_kw) for c in list(wins)[:max_successes]]
 
 # %% ../nbs/14_evolve.ipynb #7db26443
 @dataclass(frozen=True)
@@ -130,7 +136,9 @@ class RejectedEdit:
 # %% ../nbs/14_evolve.ipynb #3729351b
 def edit_texts(edit:Edit) -> tuple[str, ...]:
     "The texts an edit puts into a skill, one per operation."
-    return tuple(op.text.strip() if op.text is not None else f'replace {op.search.strip()!r} with {op.replace.strip()!r}' for op in edit.ops)
+    return tuple(
+        op.text.strip() if op.text is not None else f'replace {op.search.strip()!r} with {op.replace.strip()!r}'
+        for op in edit.ops)
 
 # %% ../nbs/14_evolve.ipynb #eefd8f51
 @dataclass(frozen=True)
@@ -186,16 +194,20 @@ def _entry(obj, loc:str) -> RejectedEdit:
     "One checked blacklist entry."
     if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) for k in ('fingerprint', 'target', 'reason')) \
        or not isinstance(obj.get('texts'), list) or not all(isinstance(t, str) for t in obj['texts']):
-        raise DataError(where('a blacklist entry needs text fields fingerprint, target, reason and a list of texts', 'The checkpoint is damaged; restore it or start fresh', field=loc))
+        raise DataError(
+            where('a blacklist entry needs text fields fingerprint, target, reason and a list of texts',
+                  'The checkpoint is damaged; restore it or start fresh', field=loc))
     return RejectedEdit(obj['fingerprint'], obj['target'], tuple(obj['texts']), obj['reason'])
 
 @patch(cls_method=True)
 def from_dict(cls:Blacklist, d:dict # what `to_dict` wrote
              ) -> Blacklist:
     "A blacklist from `to_dict` data."
-    if not isinstance(d, dict): raise DataError(where('the blacklist must be an object of task type -> entries', field='blacklist'))
+    if not isinstance(d, dict):
+        raise DataError(where('the blacklist must be an object of task type -> entries', field='blacklist'))
     for k, v in d.items():
-        if not isinstance(v, list): raise DataError(where('blacklist entries must be a list', field=f'blacklist[{k!r}]'))
+        if not isinstance(v, list):
+            raise DataError(where('blacklist entries must be a list', field=f'blacklist[{k!r}]'))
     return cls({k: tuple(_entry(e, f'blacklist[{k!r}][{i}]') for i, e in enumerate(v)) for k, v in d.items()})
 
 # %% ../nbs/14_evolve.ipynb #ec5ff513
@@ -207,7 +219,9 @@ def load_templates(kind:str, # 'evolve' or 'momentum'
     "The system and user templates of one request kind."
     folder = Path(prompts_dir or asset_dir('prompts'))/kind
     if missing := [f for f in TEMPLATE_FILES if not (folder/f).is_file()]:
-        raise ConfigError(where(f'{kind} prompt template {missing[0]} is missing', f'A prompts folder needs {kind}/system.md and {kind}/user.md', file=folder/missing[0]))
+        raise ConfigError(
+            where(f'{kind} prompt template {missing[0]} is missing',
+                  f'A prompts folder needs {kind}/system.md and {kind}/user.md', file=folder / missing[0]))
     return {f: (folder/f).read_text(encoding='utf-8').strip() for f in TEMPLATE_FILES}
 
 # %% ../nbs/14_evolve.ipynb #174441e7
@@ -218,13 +232,18 @@ def evolve_target(task_type:str, # the task type
     d = Path(skills_dir)
     for name in (skill_file(task_type), DEFAULT_SKILL):
         if (d/name).is_file(): return name
-    raise DataError(where(f'no skill file for task type {task_type!r} and no {DEFAULT_SKILL}', f'Add {skill_file(task_type)} to the skills version', folder=d))
+    raise DataError(
+        where(f'no skill file for task type {task_type!r} and no {DEFAULT_SKILL}',
+              f'Add {skill_file(task_type)} to the skills version', folder=d))
 
 # %% ../nbs/14_evolve.ipynb #ca19627b
-def evolve_context(task_type:str, target:str, skill_text:str, failures:list[dict], successes:list[dict], blacklist:list[str]) -> dict:
+def evolve_context(task_type: str, target: str, skill_text: str, failures: list[dict], successes: list[dict],
+                   blacklist: list[str]) -> dict:
     "The machine-readable context of an evolve request."
-    return {'kind': 'evolve', 'task_type': task_type, 'target': target, 'skill_text': skill_text,
-            'failures': failures, 'successes': successes, 'blacklist': blacklist}
+    return {
+        'kind': 'evolve', 'task_type': task_type, 'target': target, 'skill_text': skill_text, 'failures': failures,
+        'successes': successes, 'blacklist': blacklist
+    }
 
 def _bullets(lines:list[str], empty:str) -> str: return '\n'.join(f'- {l}' for l in lines) or empty
 
@@ -236,9 +255,10 @@ def evolve_messages(ctx:dict, # an `evolve_context`
     t = templates or load_templates('evolve')
     user = string.Template(t['user.md']).safe_substitute(
         task_type=ctx['task_type'], target=ctx['target'], skill_text=ctx['skill_text'].strip(),
-        n_failures=len(ctx['failures']), failures=render_cases(ctx['failures'], 'Failure'),
-        n_successes=len(ctx['successes']), successes=render_cases(ctx['successes'], 'Success'),
-        blacklist=_soft(_bullets(ctx['blacklist'], '(none yet)')), guidance=_soft(guidance.strip()) or '(none yet)', context=canonical_json(ctx))
+        n_failures=len(ctx['failures']), failures=render_cases(ctx['failures'],
+                                                               'Failure'), n_successes=len(ctx['successes']),
+        successes=render_cases(ctx['successes'], 'Success'), blacklist=_soft(_bullets(ctx['blacklist'], '(none yet)')),
+        guidance=_soft(guidance.strip()) or '(none yet)', context=canonical_json(ctx))
     return [{'role': 'system', 'content': t['system.md']}, {'role': 'user', 'content': user}]
 
 # %% ../nbs/14_evolve.ipynb #781b561a
@@ -279,7 +299,10 @@ def _check_edit_target(skills_dir:Path, edit:Edit, target:str):
     "The edit changes `target` and nothing else."
     check_target(skills_dir, edit.target)
     if edit.target != target:
-        raise EditRejected('bad_target', where(f'edit rejected (bad_target): the edit changes {edit.target!r}, but this request is for {target!r}', 'Edit only the target file', file=edit.target, field='target'))
+        raise EditRejected(
+            'bad_target',
+            where(f'edit rejected (bad_target): the edit changes {edit.target!r}, but this request is for {target!r}',
+                  'Edit only the target file', file=edit.target, field='target'))
 
 # %% ../nbs/14_evolve.ipynb #5ac67f39
 def check_reply(raw:str, # the evolver's reply
@@ -290,27 +313,42 @@ def check_reply(raw:str, # the evolver's reply
                 **edit_limits # min_ratio, max_ratio, max_chars for `apply_edit`
                ) -> Proposal:
     "Turn an evolver reply into a checked `Proposal`; nothing is written."
-    d = Path(skills_dir); base = check_target(d, target).read_text(encoding='utf-8').replace('\r\n', '\n')
+    d = Path(skills_dir)
+    base = check_target(d, target).read_text(encoding='utf-8').replace('\r\n', '\n')
     p = Proposal(task_type, target, 'invalid', raw=raw, base_sha256=sha256_text(base))
     try:
-        if (edit := _parse_reply(raw, target)) is None: return dataclasses.replace(p, status='no_change', reason='no_change', message='the evolver proposed no operation')
+        if (edit := _parse_reply(raw, target)) is None:
+            return dataclasses.replace(p, status='no_change', reason='no_change',
+                                       message='the evolver proposed no operation')
         p = dataclasses.replace(p, edit=edit, fingerprint=edit_fingerprint(edit), message=edit.rationale)
         _check_edit_target(d, edit, target)
         if (task_type, edit) in (blacklist or Blacklist()):
-            return dataclasses.replace(p, status='blacklisted', reason='blacklisted', message='this edit was already rejected for this task type')
+            return dataclasses.replace(p, status='blacklisted', reason='blacklisted',
+                                       message='this edit was already rejected for this task type')
         return dataclasses.replace(p, status='ok', new_text=apply_edit(d, edit, **edit_limits))
     except EditRejected as e:
-        return dataclasses.replace(p, status='no_change' if e.reason == 'no_change' else 'invalid', reason=e.reason, message=str(e))
+        return dataclasses.replace(p, status='no_change' if e.reason == 'no_change' else 'invalid', reason=e.reason,
+                                   message=str(e))
 
 # %% ../nbs/14_evolve.ipynb #d736294f
 def edit_format(target:str) -> dict:
     "The `response_format` of an evolver edit reply: the target, a list of edit operations (each with its own fields) and a rationale."
-    ops = [{'type': 'object', 'additionalProperties': False, 'required': ['op', *fields],
-            'properties': {'op': {'type': 'string', 'const': op}, **{f: {'type': 'string'} for f in fields}}}  # no maxLength: llama.cpp expands it into nested grammar rules (a 4,000 bound crashed the server); apply_edit checks lengths
-           for op, fields in EDIT_OPS.items()]
-    return json_schema_format('skill_edit', {'type': 'object', 'additionalProperties': False, 'required': ['target', 'ops', 'rationale'],
-        'properties': {'target': {'type': 'string', 'const': target}, 'ops': {'type': 'array', 'items': {'anyOf': ops}, 'maxItems': 4},
-                       'rationale': {'type': 'string', 'maxLength': 600}}})
+    ops = [
+        {
+            'type': 'object', 'additionalProperties': False, 'required': ['op', *fields],
+            'properties': {'op': {'type': 'string', 'const': op}, **{f: {'type': 'string'}
+                                                                     for f in fields}}
+        }  # no maxLength: llama.cpp expands it into nested grammar rules (a 4,000 bound crashed the server); apply_edit checks lengths
+        for op, fields in EDIT_OPS.items()
+    ]
+    return json_schema_format(
+        'skill_edit', {
+            'type': 'object', 'additionalProperties': False, 'required': ['target', 'ops', 'rationale'], 'properties': {
+                'target': {'type': 'string', 'const': target}, 'ops': {
+                    'type': 'array', 'items': {'anyOf': ops}, 'maxItems': 4
+                }, 'rationale': {'type': 'string', 'maxLength': 600}
+            }
+        })
 
 async def propose_edit(task_type:str, # the task type whose skill to change
                        *, skills_dir:str|Path, # the current skills version folder (read only)
@@ -329,25 +367,40 @@ async def propose_edit(task_type:str, # the task type whose skill to change
     blacklist = blacklist or Blacklist()
     failures, successes = pack_cases(case_pack)
     skill_text = (Path(skills_dir)/target).read_text(encoding='utf-8')
-    msgs = evolve_messages(evolve_context(task_type, target, skill_text, failures, successes, blacklist.texts(task_type)), guidance, templates)
-    try: r = await evolver.chat(msgs, temperature=0.0, max_tokens=max_tokens, seed=seed, response_format=edit_format(target))
+    msgs = evolve_messages(
+        evolve_context(task_type, target, skill_text, failures, successes, blacklist.texts(task_type)), guidance,
+        templates)
+    try:
+        r = await evolver.chat(msgs, temperature=0.0, max_tokens=max_tokens, seed=seed,
+                               response_format=edit_format(target))
     except InfraError as e:
-        return Proposal(task_type, target, 'error', 'infra', str(e), base_sha256=sha256_text(skill_text.replace('\r\n', '\n')), model=getattr(evolver, 'model', ''))
-    p = check_reply(r.content, task_type=task_type, target=target, skills_dir=skills_dir, blacklist=blacklist, **(edit_limits or {}))
+        return Proposal(task_type, target, 'error', 'infra', str(e),
+                        base_sha256=sha256_text(skill_text.replace('\r\n', '\n')), model=getattr(evolver, 'model', ''))
+    p = check_reply(r.content, task_type=task_type, target=target, skills_dir=skills_dir, blacklist=blacklist,
+                    **(edit_limits or {}))
     return dataclasses.replace(p, usage=dict(r.usage or {}), model=r.model)
 
 # %% ../nbs/14_evolve.ipynb #ef4b2141
-async def propose_edits(task_types:list[str], # the task types to propose for (failures, no cooldown)
-                        *, case_packs:dict, # task type -> case pack
-                        concurrency:int=4, # evolver calls in flight at once
-                        **kw # everything else `propose_edit` takes (skills_dir, blacklist, evolver, guidance, seed, ...)
-                       ) -> dict[str, Proposal]:
+async def propose_edits(
+    task_types: list[str],  # the task types to propose for (failures, no cooldown)
+    *,
+    case_packs: dict,  # task type -> case pack
+    concurrency: int = 4,  # evolver calls in flight at once
+    **kw  # everything else `propose_edit` takes (skills_dir, blacklist, evolver, guidance, seed, ...)
+) -> dict[str, Proposal]:
     "One proposal per task type, made concurrently."
-    if concurrency < 1: raise ConfigError(where(f'concurrency must be at least 1, got {concurrency}', field='concurrency'))
-    if missing := [t for t in task_types if t not in case_packs]: raise DataError(where(f'no case pack for task type {missing[0]!r}', 'Pass a case pack for every task type to evolve', field='case_packs'))
+    if concurrency < 1:
+        raise ConfigError(where(f'concurrency must be at least 1, got {concurrency}', field='concurrency'))
+    if missing := [t for t in task_types if t not in case_packs]:
+        raise DataError(
+            where(f'no case pack for task type {missing[0]!r}', 'Pass a case pack for every task type to evolve',
+                  field='case_packs'))
     slots = Slots(concurrency)
+
     async def one(t):
-        async with slots.hold(): return await propose_edit(t, case_pack=case_packs[t], **kw)
+        async with slots.hold():
+            return await propose_edit(t, case_pack=case_packs[t], **kw)
+
     return dict(zip(task_types, await asyncio.gather(*(one(t) for t in task_types))))
 
 # %% ../nbs/14_evolve.ipynb #5fedc67a
@@ -361,7 +414,10 @@ def proposals_table(proposals:dict[str, Proposal]|list[Proposal]) -> pl.DataFram
     rows = [{'task_type': p.task_type, 'target': p.target, 'status': p.status, 'reason': p.reason,
              'texts': ' | '.join(edit_texts(p.edit)) if p.edit else None, 'message': p.message,
              'tokens': _tokens(p.usage)} for p in ps]
-    schema = {'task_type': pl.String, 'target': pl.String, 'status': pl.String, 'reason': pl.String, 'texts': pl.String, 'message': pl.String, 'tokens': pl.Int64}
+    schema = {
+        'task_type': pl.String, 'target': pl.String, 'status': pl.String, 'reason': pl.String, 'texts': pl.String,
+        'message': pl.String, 'tokens': pl.Int64
+    }
     return pl.DataFrame(rows, schema=schema)
 
 # %% ../nbs/14_evolve.ipynb #a4840f95
@@ -371,7 +427,8 @@ def pair_class(before:bool, # right in the previous run
                after:bool # right in this run
               ) -> str:
     "The momentum class of one question."
-    return {(True, False): 'REGRESSED', (False, False): 'STILL_FAILING', (False, True): 'IMPROVED', (True, True): 'STABLE'}[(bool(before), bool(after))]
+    return {(True, False): 'REGRESSED', (False, False): 'STILL_FAILING', (False, True): 'IMPROVED',
+            (True, True): 'STABLE'}[(bool(before), bool(after))]
 
 # %% ../nbs/14_evolve.ipynb #7bf3eb99
 @dataclass(frozen=True)
@@ -390,8 +447,9 @@ def _check_same_questions(prev:dict, curr:dict):
     "Both runs cover the same question ids."
     if only := sorted(set(prev) ^ set(curr)):
         side = 'previous' if only[0] in prev else 'current'
-        raise DataError(where(f'{len(only)} questions are in only one of the two runs, e.g. {only[0]!r} (only in the {side} run)',
-                              'Compare two full validation runs over the same pool', field='question_id'))
+        raise DataError(
+            where(f'{len(only)} questions are in only one of the two runs, e.g. {only[0]!r} (only in the {side} run)',
+                  'Compare two full validation runs over the same pool', field='question_id'))
 
 def classify_pairs(prev:dict[str, bool], # question id -> right, previous validation run
                    curr:dict[str, bool] # question id -> right, this validation run
@@ -432,7 +490,10 @@ def _counts_table(counts:dict) -> str:
 
 def _examples_text(examples:dict) -> str:
     "Example questions per class as markdown."
-    parts = [f'### {c}\n' + '\n'.join(f'- [{e["task_type"] or "?"}] {e["question"] or e["question_id"]}' for e in examples[c]) for c in PAIR_CLASSES if examples[c]]
+    parts = [
+        f'### {c}\n' + '\n'.join(f'- [{e["task_type"] or "?"}] {e["question"] or e["question_id"]}'
+                                 for e in examples[c]) for c in PAIR_CLASSES if examples[c]
+    ]
     return '\n\n'.join(parts) or '(no questions)'
 
 def momentum_messages(pairs:Pairs, previous_guidance:str='', questions:dict|None=None, max_per_class:int=5, seed:int=0,
@@ -441,8 +502,10 @@ def momentum_messages(pairs:Pairs, previous_guidance:str='', questions:dict|None
     t, counts = templates or load_templates('momentum'), counts_by_type(pairs, questions)
     examples = momentum_examples(pairs, questions, max_per_class, seed)
     ctx = {'kind': 'momentum', 'counts': counts, 'examples': examples, 'previous_guidance': previous_guidance}
-    user = string.Template(t['user.md']).safe_substitute(counts=_counts_table(counts), examples=_examples_text(examples),
-                                                         previous_guidance=previous_guidance.strip() or '(none yet)', context=canonical_json(ctx))
+    user = string.Template(t['user.md']).safe_substitute(counts=_counts_table(counts),
+                                                         examples=_examples_text(examples),
+                                                         previous_guidance=previous_guidance.strip() or '(none yet)',
+                                                         context=canonical_json(ctx))
     return [{'role': 'system', 'content': t['system.md']}, {'role': 'user', 'content': user}]
 
 # %% ../nbs/14_evolve.ipynb #af22425c
@@ -452,9 +515,12 @@ def read_guidance(raw:str, max_chars:int=MAX_GUIDANCE_CHARS) -> str:
     "The guidance text of a momentum reply; `EditRejected` with the reason when it is unusable."
     obj = read_reply_json(raw, 'momentum reply', prefer=('guidance',))
     text = obj.get('guidance')
-    if not isinstance(text, str): raise EditRejected('schema', where('the reply needs a text field "guidance"', field='guidance'))
+    if not isinstance(text, str):
+        raise EditRejected('schema', where('the reply needs a text field "guidance"', field='guidance'))
     if not text.strip(): raise EditRejected('empty', where('the guidance is empty', field='guidance'))
-    if len(text) > max_chars: raise EditRejected('too_long', where(f'the guidance has {len(text)} characters, over {max_chars}', field='guidance'))
+    if len(text) > max_chars:
+        raise EditRejected('too_long',
+                           where(f'the guidance has {len(text)} characters, over {max_chars}', field='guidance'))
     return text.strip()
 
 # %% ../nbs/14_evolve.ipynb #8a2d967d
@@ -481,8 +547,11 @@ async def momentum_guidance(pairs:Pairs, # `classify_pairs` of this R against th
     "New guidance for the next epoch's evolver; the previous guidance is kept when the call or its reply fails."
     msgs = momentum_messages(pairs, previous_guidance, questions, max_per_class, seed or 0, templates)
     keep = lambda reason, msg, **kw: MomentumResult(previous_guidance, False, reason, msg, **kw)
-    fmt = json_schema_format('guidance', {'type': 'object', 'additionalProperties': False, 'required': ['guidance'],
-                                          'properties': {'guidance': {'type': 'string', 'minLength': 1}}})  # the length is checked by read_guidance
+    fmt = json_schema_format(
+        'guidance', {
+            'type': 'object', 'additionalProperties': False, 'required': ['guidance'],
+            'properties': {'guidance': {'type': 'string', 'minLength': 1}}
+        })  # the length is checked by read_guidance
     try: r = await evolver.chat(msgs, temperature=0.0, max_tokens=max_tokens, seed=seed, response_format=fmt)
     except InfraError as e: return keep('infra', str(e))
     try: return MomentumResult(read_guidance(r.content), True, raw=r.content, usage=dict(r.usage or {}))
@@ -521,11 +590,21 @@ def _prompt_op(text:str, op, i:int) -> str:
     "One operation applied to a prompt's text."
     if op.op == 'search_replace':
         n = text.count(op.search)
-        if n != 1: raise EditRejected('search_not_found' if n == 0 else 'search_ambiguous', where(f'the search text occurs {n} times in {PROMPT_TARGET}', 'Copy a passage that occurs once', field=f'ops[{i}].search'))
+        if n != 1:
+            raise EditRejected(
+                'search_not_found' if n == 0 else 'search_ambiguous',
+                where(f'the search text occurs {n} times in {PROMPT_TARGET}', 'Copy a passage that occurs once',
+                      field=f'ops[{i}].search'))
         return text.replace(op.search, op.replace)
-    if any(l.startswith('# ') for l in op.text.splitlines()): raise EditRejected('heading_in_text', where('the text contains a heading line', field=f'ops[{i}].text'))
-    span = next((x for x in _prompt_spans(text) if x[0].casefold() == op.section.strip().lstrip('#').strip().casefold()), None)
-    if span is None: raise EditRejected('unknown_section', where(f'no section {op.section!r} in {PROMPT_TARGET}', f'Use one of: {", ".join(prompt_sections(text))}', field=f'ops[{i}].section'))
+    if any(l.startswith('# ') for l in op.text.splitlines()):
+        raise EditRejected('heading_in_text', where('the text contains a heading line', field=f'ops[{i}].text'))
+    span = next(
+        (x for x in _prompt_spans(text) if x[0].casefold() == op.section.strip().lstrip('#').strip().casefold()), None)
+    if span is None:
+        raise EditRejected(
+            'unknown_section',
+            where(f'no section {op.section!r} in {PROMPT_TARGET}', f'Use one of: {", ".join(prompt_sections(text))}',
+                  field=f'ops[{i}].section'))
     _, c, e = span
     body = text[c:e].rstrip('\n')
     new = f'{body}\n{op.text.strip()}' if op.op == 'append_to_section' and body.strip() else f'\n{op.text.strip()}'
@@ -537,32 +616,52 @@ def apply_prompt_edit(text:str, # the system prompt's current text
                       max_chars:int=MAX_PROMPT_CHARS) -> str:
     "The system prompt after a checked edit; `EditRejected` with a reason otherwise."
     edit = edit if isinstance(edit, Edit) else parse_edit(edit)
-    if edit.target != PROMPT_TARGET: raise EditRejected('bad_target', where(f'a prompt edit must change {PROMPT_TARGET}, not {edit.target!r}', field='target'))
+    if edit.target != PROMPT_TARGET:
+        raise EditRejected('bad_target',
+                           where(f'a prompt edit must change {PROMPT_TARGET}, not {edit.target!r}', field='target'))
     old = new = text.replace('\r\n', '\n')
     for i, op in enumerate(edit.ops): new = _prompt_op(new, op, i)
     if new == old: raise EditRejected('no_change', where('the edit leaves the prompt as it was', field='ops'))
-    if prompt_sections(new) != prompt_sections(old): raise EditRejected('sections_changed', where('the prompt\'s headings changed', 'Keep every # heading as it is', field='ops'))
-    if len(new) > max_chars: raise EditRejected('too_large', where(f'the new prompt has {len(new)} characters, over {max_chars}', field='ops'))
-    if not min_ratio <= len(new) / max(len(old), 1) <= max_ratio: raise EditRejected('length_ratio', where(f'the new prompt is {len(new) / max(len(old), 1):.2f}x the old length, outside [{min_ratio}, {max_ratio}]', field='ops'))
+    if prompt_sections(new) != prompt_sections(old):
+        raise EditRejected('sections_changed',
+                           where('the prompt\'s headings changed', 'Keep every # heading as it is', field='ops'))
+    if len(new) > max_chars:
+        raise EditRejected('too_large', where(f'the new prompt has {len(new)} characters, over {max_chars}',
+                                              field='ops'))
+    if not min_ratio <= len(new) / max(len(old), 1) <= max_ratio:
+        raise EditRejected(
+            'length_ratio',
+            where(
+                f'the new prompt is {len(new) / max(len(old), 1):.2f}x the old length, outside [{min_ratio}, {max_ratio}]',
+                field='ops'))
     return new
 
 # %% ../nbs/14_evolve.ipynb #4347430d
 def prompt_edit_messages(ctx:dict, templates:dict|None=None) -> list[dict]:
     "The chat messages of a prompt-edit request; the last ```json block holds the context."
     t = templates or load_templates('prompt_edit')
-    user = string.Template(t['user.md']).safe_substitute(target=ctx['target'], prompt_text=_soft(ctx['prompt_text'].strip()), counts=_counts_table(ctx['counts']) if ctx['counts'] else '(no answers)',
-                                                         blacklist=_soft(_bullets(ctx['blacklist'], '(none yet)')), context=canonical_json(ctx))
+    user = string.Template(t['user.md']).safe_substitute(
+        target=ctx['target'], prompt_text=_soft(ctx['prompt_text'].strip()),
+        counts=_counts_table(ctx['counts']) if ctx['counts'] else '(no answers)',
+        blacklist=_soft(_bullets(ctx['blacklist'], '(none yet)')), context=canonical_json(ctx))
     return [{'role': 'system', 'content': t['system.md']}, {'role': 'user', 'content': user}]
 
 def check_prompt_reply(raw:str, prompt_text:str, blacklist:Blacklist|None=None, **limits) -> Proposal:
     "Turn an evolver reply into a checked prompt-edit `Proposal`; nothing is written."
-    p = Proposal(PROMPT_TASK_TYPE, PROMPT_TARGET, 'invalid', raw=raw, base_sha256=sha256_text(prompt_text.replace('\r\n', '\n')))
+    p = Proposal(PROMPT_TASK_TYPE, PROMPT_TARGET, 'invalid', raw=raw,
+                 base_sha256=sha256_text(prompt_text.replace('\r\n', '\n')))
     try:
-        if (edit := _parse_reply(raw, PROMPT_TARGET)) is None: return dataclasses.replace(p, status='no_change', reason='no_change', message='the evolver proposed no operation')
+        if (edit := _parse_reply(raw, PROMPT_TARGET)) is None:
+            return dataclasses.replace(p, status='no_change', reason='no_change',
+                                       message='the evolver proposed no operation')
         p = dataclasses.replace(p, edit=edit, fingerprint=edit_fingerprint(edit), message=edit.rationale)
-        if (PROMPT_TASK_TYPE, edit) in (blacklist or Blacklist()): return dataclasses.replace(p, status='blacklisted', reason='blacklisted', message='this prompt edit was already rejected')
+        if (PROMPT_TASK_TYPE, edit) in (blacklist or Blacklist()):
+            return dataclasses.replace(p, status='blacklisted', reason='blacklisted',
+                                       message='this prompt edit was already rejected')
         return dataclasses.replace(p, status='ok', new_text=apply_prompt_edit(prompt_text, edit, **limits))
-    except EditRejected as e: return dataclasses.replace(p, status='no_change' if e.reason == 'no_change' else 'invalid', reason=e.reason, message=str(e))
+    except EditRejected as e:
+        return dataclasses.replace(p, status='no_change' if e.reason == 'no_change' else 'invalid', reason=e.reason,
+                                   message=str(e))
 
 async def propose_prompt_edit(prompt_text:str, # the current system prompt
                               *, evolver:LLMProvider, # the evolver role's provider
@@ -572,9 +671,14 @@ async def propose_prompt_edit(prompt_text:str, # the current system prompt
                               seed:int|None=None, templates:dict|None=None, max_tokens:int|None=None) -> Proposal:
     "Ask the evolver for one checked edit of the agent's system prompt."
     bl = blacklist or Blacklist()
-    ctx = {'kind': 'prompt_edit', 'target': PROMPT_TARGET, 'prompt_text': prompt_text, 'sections': prompt_sections(prompt_text),
-           'counts': counts_by_type(pairs, questions) if pairs else {}, 'blacklist': bl.texts(PROMPT_TASK_TYPE)}
-    try: r = await evolver.chat(prompt_edit_messages(ctx, templates), temperature=0.0, max_tokens=max_tokens, seed=seed,
-                                     response_format=edit_format(PROMPT_TARGET))
-    except InfraError as e: return Proposal(PROMPT_TASK_TYPE, PROMPT_TARGET, 'error', 'infra', str(e), model=getattr(evolver, 'model', ''))
+    ctx = {
+        'kind': 'prompt_edit', 'target': PROMPT_TARGET, 'prompt_text': prompt_text,
+        'sections': prompt_sections(prompt_text), 'counts': counts_by_type(pairs, questions) if pairs else {},
+        'blacklist': bl.texts(PROMPT_TASK_TYPE)
+    }
+    try:
+        r = await evolver.chat(prompt_edit_messages(ctx, templates), temperature=0.0, max_tokens=max_tokens, seed=seed,
+                               response_format=edit_format(PROMPT_TARGET))
+    except InfraError as e:
+        return Proposal(PROMPT_TASK_TYPE, PROMPT_TARGET, 'error', 'infra', str(e), model=getattr(evolver, 'model', ''))
     return dataclasses.replace(check_prompt_reply(r.content, prompt_text, bl), usage=dict(r.usage or {}), model=r.model)

@@ -47,7 +47,7 @@ class GateParams:
     tau: float = 0.05 # prior scale of true accuracy changes, for the shrunk delta
     min_effect_q: float|None = None # optional minimum worthwhile q in (1/2, 1); enables evidence-based futility
     beta_fut: float = 0.2 # futility rejects a worthwhile edit with probability <= beta_fut
-    evidence_cap: int|None = None # most units the e-process can ever pair (ladder + probation); set: confirm at the exact threshold for it
+    evidence_cap: int | None = None  # most units the e-process can ever pair (ladder + probation); set: confirm at the exact threshold for it
 
     def __post_init__(self):
         for name in ('alpha', 'alpha_dir', 'alpha_prov', 'beta_fut'): _check_open_unit(name, getattr(self, name))
@@ -56,7 +56,8 @@ class GateParams:
             raise ConfigError(where(f'min_n must be a whole number >= 0, got {self.min_n!r}', field='min_n'))
         cap = self.evidence_cap
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 1):
-            raise ConfigError(where(f'evidence_cap must be None or a whole number >= 1, got {cap!r}', field='evidence_cap'))
+            raise ConfigError(
+                where(f'evidence_cap must be None or a whole number >= 1, got {cap!r}', field='evidence_cap'))
         q = self.min_effect_q
         if q is not None and (isinstance(q, bool) or not isinstance(q, numbers.Real) or not 0.5 < q < 1):
             raise ConfigError(where(f'min_effect_q must be None or strictly between 0.5 and 1, got {q!r}',
@@ -166,7 +167,8 @@ def _crossing_probability(rows:list[np.ndarray], log_threshold:float, q:float=0.
     return float(crossed)
 
 @functools.lru_cache(maxsize=256)
-def _cached_rows(n_steps:int, prior_a:float, prior_b:float) -> list[np.ndarray]: return _log_e_rows(n_steps, prior_a, prior_b)
+def _cached_rows(n_steps: int, prior_a: float, prior_b: float) -> list[np.ndarray]:
+    return _log_e_rows(n_steps, prior_a, prior_b)
 
 @functools.lru_cache(maxsize=256)
 def calibrated_threshold(cap:int, # most units the e-process may ever pair
@@ -215,7 +217,8 @@ def min_effect_q_for(params:GateParams, # the gate settings (alpha, prior, beta_
                      q_max:float=0.95 # never ask for more than this
                     ) -> float:
     "The futility test's q1: the smallest q the pool can confirm with power 1 - beta_fut, capped at q_max."
-    if not 0 < discordance <= 1: raise ConfigError(where(f'discordance must be in (0, 1], got {discordance!r}', field='discordance'))
+    if not 0 < discordance <= 1:
+        raise ConfigError(where(f'discordance must be in (0, 1], got {discordance!r}', field='discordance'))
     flips = max(1, int(round(discordance * cap)))
     q1 = detectable_q(flips, confirm_log_threshold(params), 1 - params.beta_fut, params.prior_a, params.prior_b)
     return float(min(q1, q_max))

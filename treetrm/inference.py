@@ -33,16 +33,21 @@ def step_record(s) -> dict:
 
 def prediction_row(run_id:str, question:Question, result:AgentResult) -> dict:
     "The `predictions` row of one answered (or failed) question."
-    return dict(run_id=run_id, question_id=question.question_id, video_id=question.video_id, task_type=question.task_type,
-                prediction=result.prediction, answer=question.answer, correct=result.prediction == question.answer,
-                stop_reason=result.stop_reason, steps_used=result.steps_used, tokens=result.tokens,
-                latency=result.latency_s, steps_json=[step_record(s) for s in result.steps])
+    return dict(run_id=run_id, question_id=question.question_id, video_id=question.video_id,
+                task_type=question.task_type, prediction=result.prediction, answer=question.answer,
+                correct=result.prediction == question.answer, stop_reason=result.stop_reason,
+                steps_used=result.steps_used, tokens=result.tokens, latency=result.latency_s,
+                steps_json=[step_record(s) for s in result.steps])
 
 # %% ../nbs/07_inference.ipynb #61753cd4
 def trace_rows(run_id:str, question:Question, result:AgentResult) -> list[dict]:
     "The `traces` rows of one question: one per agent turn, then the closing result row."
-    turns = [dict(run_id=run_id, question_id=question.question_id, step=s.index, role='agent', content=step_record(s)) for s in result.steps]
-    closing = dict(evidence=result.evidence, reasoning=result.reasoning, usage=result.usage, n_calls=result.n_calls, error=result.error)
+    turns = [
+        dict(run_id=run_id, question_id=question.question_id, step=s.index, role='agent', content=step_record(s))
+        for s in result.steps
+    ]
+    closing = dict(evidence=result.evidence, reasoning=result.reasoning, usage=result.usage, n_calls=result.n_calls,
+                   error=result.error)
     return turns + [dict(run_id=run_id, question_id=question.question_id, step=-1, role='result', content=closing)]
 
 # %% ../nbs/07_inference.ipynb #2116a889
@@ -108,20 +113,23 @@ def answer_health(run_id:str, # the run
     by = ', '.join(f'{k} {v}' for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     tips = []
     if counts.get('parse_error', 0) + counts.get('unformatted', 0):
-        tips.append('the agent model does not follow the reply format: use an endpoint with structured outputs (TREETRM_AGENT_STRUCTURED=auto or on: '
-                    'vLLM, SGLang, llama.cpp, OpenAI) or a larger instruction-tuned model')
+        tips.append(
+            'the agent model does not follow the reply format: use an endpoint with structured outputs (TREETRM_AGENT_STRUCTURED=auto or on: '
+            'vLLM, SGLang, llama.cpp, OpenAI) or a larger instruction-tuned model')
     if counts.get('error', 0):
-        tips.append('agent calls failed: read the errors in llm_calls (status error) and check TREETRM_AGENT_BASE_URL, the model name and the key; '
-                    'a context-length error wants TREETRM_AGENT_CONTEXT_TOKENS set to the server\'s context')
-    return f'run {run_id!r}: {bad} of {n} answers were not read from protocol replies ({by}). What to try: ' + '; '.join(tips) + '.'
+        tips.append(
+            'agent calls failed: read the errors in llm_calls (status error) and check TREETRM_AGENT_BASE_URL, the model name and the key; '
+            'a context-length error wants TREETRM_AGENT_CONTEXT_TOKENS set to the server\'s context')
+    return f'run {run_id!r}: {bad} of {n} answers were not read from protocol replies ({by}). What to try: ' + '; '.join(
+        tips) + '.'
 
 # %% ../nbs/07_inference.ipynb #a6481258
 def _per_task_type(p:pl.DataFrame) -> pl.DataFrame:
     "Accuracy, mean steps and INFRA count by task type."
     right = pl.col('correct').fill_null(False)
-    return (p.group_by('task_type').agg(n=pl.len(), correct=right.sum(), accuracy=right.mean(), steps_mean=pl.col('steps_used').mean(),
-                                        infra=pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)).sum())
-             .sort('task_type'))
+    return (p.group_by('task_type').agg(n=pl.len(), correct=right.sum(), accuracy=right.mean(),
+                                        steps_mean=pl.col('steps_used').mean(), infra=pl.col('stop_reason').is_in(
+                                            list(INFRA_STOP_REASONS)).sum()).sort('task_type'))
 
 def run_summary(log:HarnessLog, # the harness log
                 run_id:str # the run to summarise
@@ -145,7 +153,10 @@ def _check_questions(questions:list[Question], run_id:str):
     "Question ids must be unique within one call."
     seen = set()
     for q in questions:
-        if q.question_id in seen: raise DataError(where(f'question {q.question_id!r} is listed twice', 'Pass each question once', run_id=run_id, question=q.question_id))
+        if q.question_id in seen:
+            raise DataError(
+                where(f'question {q.question_id!r} is listed twice', 'Pass each question once', run_id=run_id,
+                      question=q.question_id))
         seen.add(q.question_id)
 
 def run_params(s:InferenceSettings) -> dict:
@@ -174,38 +185,47 @@ async def _run_all(todo:list[Question], trees:dict, s:InferenceSettings, log:Har
         await asyncio.gather(*tasks, return_exceptions=True)
 
 # %% ../nbs/07_inference.ipynb #301e1216
-async def run_inference(questions:list[Question], # the questions to answer
-                        *, trees_dir:str|Path, # folder of <videoID>/tree.json
-                        provider:LLMProvider, # the agent model
-                        log:HarnessLog, # where predictions and traces go
-                        run_id:str, # non-blank run name; re-using it resumes the run
-                        skills_dir:str|Path, # the skills version folder
-                        mode:str='auto', # skill mode: auto, manual or none
-                        concurrency:int=8, # questions in flight at most
-                        max_steps:int=15, # tool budget per question
-                        seed:int=0, # run-level sampling seed
-                        vision:LLMProvider|None=None, # vision model for observe_frame
-                        kind:str='infer', # run kind in the registry
-                        skills_version:str|None=None, # recorded in the run registry
-                        prompts_version:str|None=None, # recorded in the run registry
-                        progress:bool=True, # show a progress bar
-                        prompts_dir:str|Path|None=None, # agent prompts folder (default: project prompts/agent)
-                        temperature:float=0.0, # sampling temperature
-                        retry_errors:bool=False, # recompute questions whose stored record ended on stop reason 'error'
-                        summarise:bool=True # return the run's `InferenceResult` (False: None, for callers that read the rows themselves)
-                       ) -> InferenceResult|None:
+async def run_inference(
+    questions: list[Question],  # the questions to answer
+    *,
+    trees_dir: str | Path,  # folder of <videoID>/tree.json
+    provider: LLMProvider,  # the agent model
+    log: HarnessLog,  # where predictions and traces go
+    run_id: str,  # non-blank run name; re-using it resumes the run
+    skills_dir: str | Path,  # the skills version folder
+    mode: str = 'auto',  # skill mode: auto, manual or none
+    concurrency: int = 8,  # questions in flight at most
+    max_steps: int = 15,  # tool budget per question
+    seed: int = 0,  # run-level sampling seed
+    vision: LLMProvider | None = None,  # vision model for observe_frame
+    kind: str = 'infer',  # run kind in the registry
+    skills_version: str | None = None,  # recorded in the run registry
+    prompts_version: str | None = None,  # recorded in the run registry
+    progress: bool = True,  # show a progress bar
+    prompts_dir: str | Path | None = None,  # agent prompts folder (default: project prompts/agent)
+    temperature: float = 0.0,  # sampling temperature
+    retry_errors: bool = False,  # recompute questions whose stored record ended on stop reason 'error'
+    summarise: bool = True  # return the run's `InferenceResult` (False: None, for callers that read the rows themselves)
+) -> InferenceResult | None:
     "Answer `questions` with the agent, persist every record, skip questions `run_id` already holds."
-    check_run_id(run_id); check_count(concurrency, 'concurrency'); _check_questions(questions, run_id)
-    s = InferenceSettings(run_id, provider, load_skill_dir(skills_dir), load_agent_prompts(prompts_dir), mode, max_steps, seed, vision, temperature)
+    check_run_id(run_id)
+    check_count(concurrency, 'concurrency')
+    _check_questions(questions, run_id)
+    s = InferenceSettings(run_id, provider, load_skill_dir(skills_dir), load_agent_prompts(prompts_dir), mode,
+                          max_steps, seed, vision, temperature)
     retry = errored_question_ids(log, run_id, questions) if retry_errors else set()
     done = log.done_question_ids(run_id, [q.question_id for q in questions]) - retry
     todo = [q for q in questions if q.question_id not in done]
     trees = load_trees(trees_dir, sorted({q.video_id for q in todo})) if todo else {}
     log.start_run(run_id, kind, skills_version, prompts_version, run_params(s))
     if retry: log.drop_predictions(run_id, retry)
-    with tqdm(total=len(questions), initial=len(questions) - len(todo), desc=f'infer {run_id}', disable=not progress) as bar:
-        try: await _run_all(todo, trees, s, log, concurrency, bar)
-        except BaseException: log.finish_run(run_id, 'failed'); raise
+    with tqdm(total=len(questions), initial=len(questions) - len(todo), desc=f'infer {run_id}',
+              disable=not progress) as bar:
+        try:
+            await _run_all(todo, trees, s, log, concurrency, bar)
+        except BaseException:
+            log.finish_run(run_id, 'failed')
+            raise
     log.finish_run(run_id, 'finished')
     if not summarise: return None
     result = replace(run_summary(log, run_id), n_new=len(todo))

@@ -34,19 +34,22 @@ def check_not_gate_run(run_id:str # the run whose outcomes would update p̂
                       ) -> str:
     "Raise `ConfigError` when `run_id` is a gate run; return it otherwise."
     if GATE_RUN_MARK in str(run_id):
-        raise ConfigError(where('a gate run cannot update the ladder p̂ (its units were chosen and stopped by the gate)',
-                                'Feed p̂ only from rollouts, full validation runs (R) and kept R2 runs', run_id=run_id))
+        raise ConfigError(
+            where('a gate run cannot update the ladder p̂ (its units were chosen and stopped by the gate)',
+                  'Feed p̂ only from rollouts, full validation runs (R) and kept R2 runs', run_id=run_id))
     return run_id
 
 # %% ../nbs/12_ladder.ipynb #492bd6a4
 def _check_gamma(gamma:float):
-    if not 0 <= gamma <= 1: raise ConfigError(where(f'gamma must lie in [0, 1], got {gamma!r}', 'Use e.g. gamma=0.7', field='gamma'))
+    if not 0 <= gamma <= 1:
+        raise ConfigError(where(f'gamma must lie in [0, 1], got {gamma!r}', 'Use e.g. gamma=0.7', field='gamma'))
 
 def _outcome(unit_id, ok, run_id) -> float:
     "A unit outcome as 0.0/1.0; anything but a bool is refused (INFRA units must be left out by the caller)."
     if ok not in (0, 1):
-        raise DataError(where(f'unit outcome must be True or False, got {ok!r}', 'Leave INFRA units out of the outcomes',
-                              run_id=run_id, unit_id=unit_id))
+        raise DataError(
+            where(f'unit outcome must be True or False, got {ok!r}', 'Leave INFRA units out of the outcomes',
+                  run_id=run_id, unit_id=unit_id))
     return float(ok)
 
 def update_phat(phat:Mapping[str,float], # current p̂ per unit id (not modified)
@@ -55,7 +58,8 @@ def update_phat(phat:Mapping[str,float], # current p̂ per unit id (not modified
                 run_id:str # the run the outcomes come from; gate runs are refused
                ) -> dict[str,float]:
     "One γ-EMA step of p̂; units seen for the first time start from their Laplace prior."
-    check_not_gate_run(run_id); _check_gamma(gamma)
+    check_not_gate_run(run_id)
+    _check_gamma(gamma)
     out = dict(phat)
     for uid, ok in outcomes.items():
         x = _outcome(uid, ok, run_id)
@@ -77,8 +81,13 @@ def unit_outcomes(predictions:pl.DataFrame, # one run's predictions: question_id
 def _check_feed_run(log, run_id:str):
     check_not_gate_run(run_id)
     rec = log.get_run(run_id)
-    if rec is None: raise DataError(where('run not found in harness.db', 'Check the run id (HarnessLog.runs())', run_id=run_id, db=log.path))
-    if rec.kind == 'gate': raise ConfigError(where('a gate run cannot update the ladder p̂', 'Feed p̂ only from rollouts, R and kept R2 runs', run_id=run_id))
+    if rec is None:
+        raise DataError(
+            where('run not found in harness.db', 'Check the run id (HarnessLog.runs())', run_id=run_id, db=log.path))
+    if rec.kind == 'gate':
+        raise ConfigError(
+            where('a gate run cannot update the ladder p̂', 'Feed p̂ only from rollouts, R and kept R2 runs',
+                  run_id=run_id))
 
 def phat_from_log(log, # the experiment's `HarnessLog`
                   run_ids:Iterable[str], # non-gate runs (rollouts, R, kept R2), oldest first
@@ -91,7 +100,8 @@ def phat_from_log(log, # the experiment's `HarnessLog`
     run_ids, units = list(run_ids), list(units)
     for rid in run_ids: _check_feed_run(log, rid)
     out = dict(phat or {})
-    for rid in run_ids: out = update_phat(out, unit_outcomes(log.predictions(rid), units, infra_stop_reasons), gamma, rid)
+    for rid in run_ids:
+        out = update_phat(out, unit_outcomes(log.predictions(rid), units, infra_stop_reasons), gamma, rid)
     return out
 
 # %% ../nbs/12_ladder.ipynb #dcfd0498
@@ -123,9 +133,14 @@ def interleave_two_to_one(wrong:list[str], # baseline-wrong unit ids, in order
     body, w, r = [], 0, 0
     while True:
         due_wrong = len(body) % 3 < 2
-        if due_wrong and w < len(wrong): body.append(wrong[w]); w += 1
-        elif not due_wrong and r < len(right): body.append(right[r]); r += 1
-        else: return body, wrong[w:] + right[r:]
+        if due_wrong and w < len(wrong):
+            body.append(wrong[w])
+            w += 1
+        elif not due_wrong and r < len(right):
+            body.append(right[r])
+            r += 1
+        else:
+            return body, wrong[w:] + right[r:]
 
 # %% ../nbs/12_ladder.ipynb #5c52da89
 def cold_order(baseline:Mapping[str,bool|None], # unit id -> baseline correct (None: no outcome)
@@ -154,7 +169,8 @@ class Ladder:
     params: dict = field(default_factory=dict) # build settings (p_low, p_high, seed, probe_tail)
 
     def __post_init__(self):
-        object.__setattr__(self, 'unit_ids', tuple(self.unit_ids)); object.__setattr__(self, 'phat', tuple(self.phat))
+        object.__setattr__(self, 'unit_ids', tuple(self.unit_ids))
+        object.__setattr__(self, 'phat', tuple(self.phat))
         _check_ladder(self)
 
     def __len__(self): return len(self.unit_ids)
@@ -185,7 +201,10 @@ def ladder_from_dict(d:dict, # content as written by `Ladder.to_dict`
     "A `Ladder` from its JSON content; `DataError` naming the file and field when malformed."
     if not isinstance(d, dict): raise DataError(where('a ladder must be a JSON object', file=source))
     for f in _LADDER_FIELDS:
-        if f not in d: raise DataError(where(f'ladder is missing field {f!r}', 'Re-freeze the gate pools', file=source, task_type=d.get('task_type'), field=f))
+        if f not in d:
+            raise DataError(
+                where(f'ladder is missing field {f!r}', 'Re-freeze the gate pools', file=source,
+                      task_type=d.get('task_type'), field=f))
     return Ladder(**{f: d[f] for f in _LADDER_FIELDS})
 
 # %% ../nbs/12_ladder.ipynb #0b05c5a2
@@ -204,18 +223,26 @@ def ladder_task_type(units:list, # the units offered for one ladder
     "The single task type of `units`; `DataError` when they mix types or there is none."
     types = sorted({u.task_type for u in units} | ({task_type} if task_type else set()))
     if len(types) == 1: return types[0]
-    if not types: raise DataError(where('no units and no task_type given for a ladder', 'Pass task_type=... or at least one unit'))
-    raise DataError(where(f'units of several task types offered to one ladder: {types}', 'Use build_ladders, which builds one ladder per task type'))
+    if not types:
+        raise DataError(where('no units and no task_type given for a ladder',
+                              'Pass task_type=... or at least one unit'))
+    raise DataError(
+        where(f'units of several task types offered to one ladder: {types}',
+              'Use build_ladders, which builds one ladder per task type'))
 
 def _check_units(units:list):
     seen = set()
     for u in units:
-        if u.unit_id in seen: raise DataError(where('duplicate unit id in the ladder input', 'Build units once with build_units', unit_id=u.unit_id))
+        if u.unit_id in seen:
+            raise DataError(
+                where('duplicate unit id in the ladder input', 'Build units once with build_units', unit_id=u.unit_id))
         seen.add(u.unit_id)
 
 def _check_build_params(p_low, p_high, probe_tail):
     if not 0 <= p_low <= p_high <= 1:
-        raise ConfigError(where(f'need 0 <= p_low <= p_high <= 1, got p_low={p_low!r}, p_high={p_high!r}', 'Use e.g. p_low=0.05, p_high=0.95', field='p_low/p_high'))
+        raise ConfigError(
+            where(f'need 0 <= p_low <= p_high <= 1, got p_low={p_low!r}, p_high={p_high!r}',
+                  'Use e.g. p_low=0.05, p_high=0.95', field='p_low/p_high'))
     if probe_tail is not None and (not isinstance(probe_tail, int) or probe_tail < 0):
         raise ConfigError(where(f'probe_tail must be None or an int >= 0, got {probe_tail!r}', field='probe_tail'))
 
@@ -230,9 +257,12 @@ def _warm_ladder(tt, ids, phat, baseline, counts, params) -> Ladder:
 # %% ../nbs/12_ladder.ipynb #d9c8c1ee
 def _cold_ladder(tt, ids, baseline, counts, params) -> Ladder:
     if baseline is None:
-        raise ConfigError(where('a cold-start ladder (no p̂ history) needs the baseline outcome of each unit', 'Pass baseline={unit_id: correct} from the baseline run', task_type=tt))
+        raise ConfigError(
+            where('a cold-start ladder (no p̂ history) needs the baseline outcome of each unit',
+                  'Pass baseline={unit_id: correct} from the baseline run', task_type=tt))
     order, cut = cold_order({u: baseline.get(u) for u in ids}, params['seed'], params['probe_tail'])
-    return Ladder(tt, order, 'cold', [phat_prior(baseline.get(u)) for u in order], counts | dict(beyond_probe_tail=cut), params)
+    return Ladder(tt, order, 'cold', [phat_prior(baseline.get(u)) for u in order], counts | dict(beyond_probe_tail=cut),
+                  params)
 
 # %% ../nbs/12_ladder.ipynb #26de7026
 def build_ladder(units:Iterable, # the task type's validation `QuestionUnit`s
@@ -247,7 +277,9 @@ def build_ladder(units:Iterable, # the task type's validation `QuestionUnit`s
                  task_type:str|None=None # expected task type (needed when `units` is empty)
                 ) -> Ladder:
     "One task type's ladder: warm by information when p̂ history exists, else the cold 2:1 interleave."
-    units = list(units); tt = ladder_task_type(units, task_type); _check_units(units)
+    units = list(units)
+    tt = ladder_task_type(units, task_type)
+    _check_units(units)
     _check_build_params(p_low, p_high, probe_tail)
     kept, n_case = drop_case_pack(units, exclude)
     ids = [u.unit_id for u in kept]
@@ -273,17 +305,23 @@ def ladder_units(ladder:Ladder, # a built or loaded ladder
     by_id = {u.unit_id: u for u in units}
     missing = [u for u in ladder.unit_ids if u not in by_id]
     if missing:
-        raise DataError(where(f'{len(missing)} ladder units are not among the validation units (first: {missing[0]!r})',
-                              'The validation pool changed since the ladder was frozen; start a fresh run', task_type=ladder.task_type))
+        raise DataError(
+            where(f'{len(missing)} ladder units are not among the validation units (first: {missing[0]!r})',
+                  'The validation pool changed since the ladder was frozen; start a fresh run',
+                  task_type=ladder.task_type))
     return [by_id[u] for u in ladder.unit_ids]
 
 # %% ../nbs/12_ladder.ipynb #2ebf8581
 def ladder_frame(ladders:Iterable[Ladder] # ladders to show, e.g. `pools.ladders.values()`
                 ) -> pl.DataFrame:
     "One row per ladder rung: task type, mode, rank, unit id, p̂ and information."
-    rows = [dict(task_type=l.task_type, mode=l.mode, rank=i, unit_id=u, phat=p, information=None if p is None else information(p))
-            for l in ladders for i, (u, p) in enumerate(zip(l.unit_ids, l.phat or [None]*len(l)))]
-    schema = dict(task_type=pl.String, mode=pl.String, rank=pl.Int64, unit_id=pl.String, phat=pl.Float64, information=pl.Float64)
+    rows = [
+        dict(task_type=l.task_type, mode=l.mode, rank=i, unit_id=u, phat=p,
+             information=None if p is None else information(p)) for l in ladders
+        for i, (u, p) in enumerate(zip(l.unit_ids, l.phat or [None] * len(l)))
+    ]
+    schema = dict(task_type=pl.String, mode=pl.String, rank=pl.Int64, unit_id=pl.String, phat=pl.Float64,
+                  information=pl.Float64)
     return pl.DataFrame(rows, schema=schema)
 
 # %% ../nbs/12_ladder.ipynb #99012539
@@ -303,7 +341,9 @@ class GatePools:
     def fingerprint(self) -> str: return pools_fingerprint(self.ladders)
     def __getitem__(self, task_type:str) -> Ladder:
         if task_type not in self.ladders:
-            raise DataError(where(f'no frozen ladder for task type {task_type!r}', f'Frozen types: {sorted(self.ladders)}', file=self.path))
+            raise DataError(
+                where(f'no frozen ladder for task type {task_type!r}', f'Frozen types: {sorted(self.ladders)}',
+                      file=self.path))
         return self.ladders[task_type]
 
 # %% ../nbs/12_ladder.ipynb #dc7be613
@@ -330,7 +370,9 @@ def freeze_gate_pools(path:str|Path, # target file, e.g. workspace/gate_pools.js
     if path.exists() and not overwrite:
         old = load_gate_pools(path)
         if old.fingerprint != pools_fingerprint(lmap):
-            raise DataError(where('gate pools are already frozen with different ladders', 'Load them with load_gate_pools, or start a fresh run (fresh=True) to rebuild', file=path))
+            raise DataError(
+                where('gate pools are already frozen with different ladders',
+                      'Load them with load_gate_pools, or start a fresh run (fresh=True) to rebuild', file=path))
         return old
     atomic_write_json(path, _pools_doc(lmap))
     return GatePools(lmap, path)
@@ -338,7 +380,9 @@ def freeze_gate_pools(path:str|Path, # target file, e.g. workspace/gate_pools.js
 # %% ../nbs/12_ladder.ipynb #324406c4
 def _parse_pools(doc, path) -> tuple[dict[str, Ladder], dict]:
     if not isinstance(doc, dict) or doc.get('format') != GATE_POOLS_FORMAT or not isinstance(doc.get('ladders'), dict):
-        raise DataError(where(f'not a gate pools file (expected format {GATE_POOLS_FORMAT!r})', 'Freeze the pools with freeze_gate_pools', file=path))
+        raise DataError(
+            where(f'not a gate pools file (expected format {GATE_POOLS_FORMAT!r})',
+                  'Freeze the pools with freeze_gate_pools', file=path))
     ladders, stored = {}, {}
     for tt, d in doc['ladders'].items():
         ladders[tt] = ladder_from_dict({k: v for k, v in d.items() if k != 'fingerprint'}, path)
@@ -349,19 +393,24 @@ def load_gate_pools(path:str|Path, # a file written by `freeze_gate_pools`
                     expect_fingerprint:str|None=None # the fingerprint the run recorded, if any
                    ) -> GatePools:
     "Read frozen ladders, verifying per-ladder, file and expected fingerprints; `DataError` on any mismatch."
-    path = Path(path); doc = read_json(path)
+    path = Path(path)
+    doc = read_json(path)
     ladders, stored = _parse_pools(doc, path)
     changed = [tt for tt, l in ladders.items() if stored[tt] != l.fingerprint]
     if changed:
-        raise DataError(where(f'gate pool ladders for {changed} do not match their stored fingerprints (file edited or damaged)',
-                              'Restore the file from the run, or start a fresh run (fresh=True) to rebuild the pools', file=path))
+        raise DataError(
+            where(f'gate pool ladders for {changed} do not match their stored fingerprints (file edited or damaged)',
+                  'Restore the file from the run, or start a fresh run (fresh=True) to rebuild the pools', file=path))
     pools = GatePools(ladders, path)
     if doc.get('fingerprint') != pools.fingerprint:
-        raise DataError(where('gate pools file fingerprint does not match its ladders (task types added, removed or renamed)',
-                              'Restore the file from the run, or start a fresh run (fresh=True)', file=path))
+        raise DataError(
+            where('gate pools file fingerprint does not match its ladders (task types added, removed or renamed)',
+                  'Restore the file from the run, or start a fresh run (fresh=True)', file=path))
     if expect_fingerprint is not None and expect_fingerprint != pools.fingerprint:
-        raise DataError(where(f'gate pools changed since this run froze them: file has {pools.fingerprint[:12]}, run recorded {expect_fingerprint[:12]}',
-                              'Resume with the original gate_pools.json, or start a fresh run (fresh=True)', file=path))
+        raise DataError(
+            where(
+                f'gate pools changed since this run froze them: file has {pools.fingerprint[:12]}, run recorded {expect_fingerprint[:12]}',
+                'Resume with the original gate_pools.json, or start a fresh run (fresh=True)', file=path))
     return pools
 
 # %% ../nbs/12_ladder.ipynb #d8032ce7
@@ -384,7 +433,8 @@ class BaselineCache:
     "Base-arm unit outcomes on disk, keyed by (task type, skill sha, prompts version, unit id); INFRA never stored."
     def __init__(self, path:str|Path, # SQLite file, e.g. workspace/baseline_cache.sqlite
                  scope:str|None=None): # what else the outcomes depend on (e.g. the agent model); checked on reopen
-        self.path = Path(path); self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.hits = self.misses = self.stored = self.skipped_infra = 0
         self._lock = threading.Lock()
         self._con = self._open()
@@ -395,10 +445,13 @@ class BaselineCache:
     def _open(self) -> sqlite3.Connection:
         try:
             con = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            con.execute('PRAGMA journal_mode=WAL'); con.executescript(_SCHEMA)
+            con.execute('PRAGMA journal_mode=WAL')
+            con.executescript(_SCHEMA)
             return con
         except sqlite3.DatabaseError as e:
-            raise DataError(where(f'baseline cache is not a usable SQLite file ({e})', 'Delete it; it is rebuilt as gates re-run the baseline', file=self.path)) from None
+            raise DataError(
+                where(f'baseline cache is not a usable SQLite file ({e})',
+                      'Delete it; it is rebuilt as gates re-run the baseline', file=self.path)) from None
 
     def _check_scope(self, scope:str):
         with self._lock, self._con:
@@ -406,12 +459,16 @@ class BaselineCache:
             old = self._con.execute("SELECT value FROM cache_meta WHERE key='scope'").fetchone()[0]
         if old != scope:
             self._con.close()
-            raise ConfigError(where(f'baseline cache was filled under scope {old!r}, not {scope!r}', 'Use a new cache file for the new setting', file=self.path))
+            raise ConfigError(
+                where(f'baseline cache was filled under scope {old!r}, not {scope!r}',
+                      'Use a new cache file for the new setting', file=self.path))
 
 # %% ../nbs/12_ladder.ipynb #2840654c
 def _cache_key(task_type, skill_sha, prompts_version, unit_id) -> tuple:
     if not isinstance(skill_sha, str) or not _SHA.fullmatch(skill_sha):
-        raise ConfigError(where('skill_sha must be a sha256 hex digest of the base skill text', 'Pass skill_hash(text)', task_type=task_type, unit_id=unit_id))
+        raise ConfigError(
+            where('skill_sha must be a sha256 hex digest of the base skill text', 'Pass skill_hash(text)',
+                  task_type=task_type, unit_id=unit_id))
     return (str(task_type), skill_sha, str(prompts_version), str(unit_id))
 
 # %% ../nbs/12_ladder.ipynb #196f93bb
@@ -420,9 +477,14 @@ def get(self:BaselineCache, task_type:str, skill_sha:str, prompts_version:str, u
     "The cached base outcome of a unit, or None on a miss; counts hits and misses."
     key = _cache_key(task_type, skill_sha, prompts_version, unit_id)
     with self._lock:
-        row = self._con.execute('SELECT correct FROM baseline_outcomes WHERE task_type=? AND skill_sha=? AND prompts_version=? AND unit_id=?', key).fetchone()
-        if row is None: self.misses += 1; return None
-        self.hits += 1; return bool(row[0])
+        row = self._con.execute(
+            'SELECT correct FROM baseline_outcomes WHERE task_type=? AND skill_sha=? AND prompts_version=? AND unit_id=?',
+            key).fetchone()
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return bool(row[0])
 
 @patch
 def put(self:BaselineCache, task_type:str, skill_sha:str, prompts_version:str, unit_id:str,
@@ -431,13 +493,18 @@ def put(self:BaselineCache, task_type:str, skill_sha:str, prompts_version:str, u
         ) -> bool:
     "Store a base outcome (committed before returning); INFRA is skipped. True when a new row was written."
     key = _cache_key(task_type, skill_sha, prompts_version, unit_id)
-    if infra: self.skipped_infra += 1; return False
+    if infra:
+        self.skipped_infra += 1
+        return False
     if correct not in (True, False):
-        raise DataError(where(f'base outcome must be True or False, got {correct!r}', 'Pass infra=True for INFRA units', task_type=task_type, unit_id=unit_id))
+        raise DataError(
+            where(f'base outcome must be True or False, got {correct!r}', 'Pass infra=True for INFRA units',
+                  task_type=task_type, unit_id=unit_id))
     with self._lock, self._con:
         cur = self._con.execute('INSERT OR IGNORE INTO baseline_outcomes VALUES (?, ?, ?, ?, ?, ?)',
                                 (*key, int(bool(correct)), datetime.now(timezone.utc).isoformat()))
-    self.stored += cur.rowcount; return cur.rowcount == 1
+    self.stored += cur.rowcount
+    return cur.rowcount == 1
 
 # %% ../nbs/12_ladder.ipynb #378713d5
 @patch(as_prop=True)

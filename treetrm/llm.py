@@ -52,8 +52,10 @@ def _runs_off_end(text:str, # the reply
                   start:int # index of a `{` in it
                  ) -> int|None:
     "Where the JSON object at `start` ends; -1 when it runs into the end of the text; None when it is not JSON."
-    try: return json.JSONDecoder().raw_decode(text, start)[1]
-    except json.JSONDecodeError as e: return -1 if e.msg.startswith('Unterminated string') or e.pos >= len(text.rstrip()) else None
+    try:
+        return json.JSONDecoder().raw_decode(text, start)[1]
+    except json.JSONDecodeError as e:
+        return -1 if e.msg.startswith('Unterminated string') or e.pos >= len(text.rstrip()) else None
 
 def _cut_off(text:str) -> bool:
     "Whether a JSON object in `text` (trying each `{` from left to right) runs into the end of the text."
@@ -67,7 +69,9 @@ def _cut_off(text:str) -> bool:
 # %% ../nbs/02_llm.ipynb #587ae549
 class ReplyError(DataError):
     "A model reply holds no usable JSON object; `reason` is 'not_json' or 'truncated'."
-    def __init__(self, reason:str, msg:str): super().__init__(msg); self.reason = reason
+    def __init__(self, reason: str, msg: str):
+        super().__init__(msg)
+        self.reason = reason
 
 def _pick_object(value, prefer:tuple) -> dict|None:
     "The object in a parsed reply: itself, or among several the last one with a `prefer` key (else the last)."
@@ -81,9 +85,16 @@ def reply_json(text:str, # the model's reply
               ) -> dict:
     "The JSON object of a model reply, read leniently; `ReplyError` ('not_json' or 'truncated') when there is none."
     text = text or ''
-    if _cut_off(text): raise ReplyError('truncated', where(f'the {what} stops in the middle of its JSON', 'Raise max_tokens for this role, or ask for a shorter reply', field=what))
+    if _cut_off(text):
+        raise ReplyError(
+            'truncated',
+            where(f'the {what} stops in the middle of its JSON',
+                  'Raise max_tokens for this role, or ask for a shorter reply', field=what))
     if (obj := _pick_object(json_repair.loads(text), prefer)) is None:
-        raise ReplyError('not_json', where(f'the {what} holds no JSON object (starts {text[:60]!r})', 'The prompt asks for exactly one JSON object', field=what))
+        raise ReplyError(
+            'not_json',
+            where(f'the {what} holds no JSON object (starts {text[:60]!r})',
+                  'The prompt asks for exactly one JSON object', field=what))
     return obj
 
 # %% ../nbs/02_llm.ipynb #00a11ff6
@@ -99,7 +110,8 @@ class Secret:
     def __bool__(self): return bool(self._value)
     def __copy__(self): return self
     def __deepcopy__(self, memo): return self
-    def __reduce__(self): raise TypeError('API keys are not serialisable; load them from the environment or .env instead')
+    def __reduce__(self):
+        raise TypeError('API keys are not serialisable; load them from the environment or .env instead')
 
 # %% ../nbs/02_llm.ipynb #292f9d97
 _KEY_SHAPES = re.compile(r'(sk-[A-Za-z0-9_\-*]{6,}|Bearer\s+\S+)')
@@ -161,15 +173,28 @@ class RoleConfig:
     max_tokens: int|None = None # reply length cap sent when a call sets none
 
     def __post_init__(self):
-        if self.api_key is not None and not isinstance(self.api_key, Secret): object.__setattr__(self, 'api_key', Secret(self.api_key))
-        for name, ok in (('timeout_s', self.timeout_s > 0), ('max_retries', self.max_retries >= 0), ('concurrency', self.concurrency >= 1),
-                         ('breaker_threshold', self.breaker_threshold >= 1), ('backoff_base_s', self.backoff_base_s >= 0)):
-            if not ok: raise ConfigError(where(f'RoleConfig.{name} is out of range', 'Use a positive timeout, concurrency and threshold', role=self.role, got=getattr(self, name)))
+        if self.api_key is not None and not isinstance(self.api_key, Secret):
+            object.__setattr__(self, 'api_key', Secret(self.api_key))
+        for name, ok in (('timeout_s', self.timeout_s
+                          > 0), ('max_retries', self.max_retries
+                                 >= 0), ('concurrency', self.concurrency
+                                         >= 1), ('breaker_threshold', self.breaker_threshold
+                                                 >= 1), ('backoff_base_s', self.backoff_base_s >= 0)):
+            if not ok:
+                raise ConfigError(
+                    where(f'RoleConfig.{name} is out of range', 'Use a positive timeout, concurrency and threshold',
+                          role=self.role, got=getattr(self, name)))
         for name, ok, need in (('structured', self.structured in STRUCTURED_MODES, 'one of auto, on, off'),
-                               ('provider_kind', self.provider_kind in (None, *PROVIDER_KINDS), f'one of {", ".join(PROVIDER_KINDS)}'),
-                               ('context_tokens', self.context_tokens is None or self.context_tokens >= MIN_CONTEXT_TOKENS, f'at least {MIN_CONTEXT_TOKENS}'),
-                               ('max_tokens', self.max_tokens is None or 1 <= self.max_tokens < (self.context_tokens or 2**62), 'at least 1 and below context_tokens')):
-            if not ok: raise ConfigError(where(f'RoleConfig.{name} must be {need}', f'Fix {role_env_name(self.role, name.upper())}', role=self.role, got=getattr(self, name)))
+                               ('provider_kind', self.provider_kind
+                                in (None, *PROVIDER_KINDS), f'one of {", ".join(PROVIDER_KINDS)}'),
+                               ('context_tokens', self.context_tokens is None
+                                or self.context_tokens >= MIN_CONTEXT_TOKENS, f'at least {MIN_CONTEXT_TOKENS}'),
+                               ('max_tokens', self.max_tokens is None or 1 <= self.max_tokens <
+                                (self.context_tokens or 2**62), 'at least 1 and below context_tokens')):
+            if not ok:
+                raise ConfigError(
+                    where(f'RoleConfig.{name} must be {need}', f'Fix {role_env_name(self.role, name.upper())}',
+                          role=self.role, got=getattr(self, name)))
 
     @property
     def kind(self) -> str:
@@ -196,7 +221,8 @@ def read_settings(env:dict|None=None, # variables that win (default: os.environ)
                   dotenv_path:str|Path|None=None) -> dict: # a .env file (default: the project root's, if any)
     "Merge a `.env` file under the environment, without touching `os.environ`."
     path = Path(dotenv_path) if dotenv_path else _default_dotenv()
-    if dotenv_path and not path.exists(): raise ConfigError(where('.env file not found', 'Check the path or leave dotenv_path unset', file=path))
+    if dotenv_path and not path.exists():
+        raise ConfigError(where('.env file not found', 'Check the path or leave dotenv_path unset', file=path))
     file_vars = {k: v for k, v in dotenv_values(path).items() if v is not None} if path.exists() else {}
     return {**file_vars, **(os.environ if env is None else env)}
 
@@ -204,7 +230,8 @@ def read_settings(env:dict|None=None, # variables that win (default: os.environ)
 def _parse_setting(name:str, raw:str, cast, ok=lambda v: True, need:str=''):
     try: v = cast(raw.strip())
     except ValueError: v = None
-    if v is None or not ok(v): raise ConfigError(where(f'{name} must be {need}', f'Fix {name} in the environment or .env', got=repr(raw)))
+    if v is None or not ok(v):
+        raise ConfigError(where(f'{name} must be {need}', f'Fix {name} in the environment or .env', got=repr(raw)))
     return v
 
 def _parse_bool(raw:str) -> bool:
@@ -213,14 +240,16 @@ def _parse_bool(raw:str) -> bool:
     if v in _FALSE: return False
     raise ValueError(raw)
 
-_OPTIONAL = {'TIMEOUT': ('timeout_s', float, lambda v: v > 0, 'a positive number of seconds'),
-             'CONCURRENCY': ('concurrency', int, lambda v: v >= 1, 'an integer >= 1'),
-             'MAX_RETRIES': ('max_retries', int, lambda v: v >= 0, 'an integer >= 0'),
-             'THINKING': ('thinking', _parse_bool, lambda v: True, 'true or false'),
-             'STRUCTURED': ('structured', str.lower, lambda v: v in STRUCTURED_MODES, 'auto, on or off'),
-             'CONTEXT_TOKENS': ('context_tokens', int, lambda v: v >= MIN_CONTEXT_TOKENS, f'an integer >= {MIN_CONTEXT_TOKENS}'),
-             'MAX_TOKENS': ('max_tokens', int, lambda v: v >= 1, 'an integer >= 1'),
-             'PROVIDER_KIND': ('provider_kind', str.lower, lambda v: v in PROVIDER_KINDS, f'one of {", ".join(PROVIDER_KINDS)}')}
+_OPTIONAL = {
+    'TIMEOUT': ('timeout_s', float, lambda v: v > 0, 'a positive number of seconds'),
+    'CONCURRENCY': ('concurrency', int, lambda v: v >= 1,
+                    'an integer >= 1'), 'MAX_RETRIES': ('max_retries', int, lambda v: v >= 0, 'an integer >= 0'),
+    'THINKING': ('thinking', _parse_bool, lambda v: True, 'true or false'),
+    'STRUCTURED': ('structured', str.lower, lambda v: v in STRUCTURED_MODES, 'auto, on or off'),
+    'CONTEXT_TOKENS': ('context_tokens', int, lambda v: v >= MIN_CONTEXT_TOKENS, f'an integer >= {MIN_CONTEXT_TOKENS}'),
+    'MAX_TOKENS': ('max_tokens', int, lambda v: v >= 1, 'an integer >= 1'),
+    'PROVIDER_KIND': ('provider_kind', str.lower, lambda v: v in PROVIDER_KINDS, f'one of {", ".join(PROVIDER_KINDS)}')
+}
 
 # %% ../nbs/02_llm.ipynb #f18e717b
 def load_role_config(role:str, # one of ROLES
@@ -232,8 +261,14 @@ def load_role_config(role:str, # one of ROLES
     vals = read_settings(env, dotenv_path)
     get = lambda key: (vals.get(role_env_name(role, key)) or '').strip() or None
     for key in ('MODEL', 'BASE_URL'):
-        if not get(key): raise ConfigError(where(f'no {key.lower()} configured for role {role}', f'Set {role_env_name(role, key)} in the environment or .env', var=role_env_name(role, key)))
-    opts = {attr: _parse_setting(role_env_name(role, k), get(k), cast, ok, need) for k, (attr, cast, ok, need) in _OPTIONAL.items() if get(k)}
+        if not get(key):
+            raise ConfigError(
+                where(f'no {key.lower()} configured for role {role}',
+                      f'Set {role_env_name(role, key)} in the environment or .env', var=role_env_name(role, key)))
+    opts = {
+        attr: _parse_setting(role_env_name(role, k), get(k), cast, ok, need)
+        for k, (attr, cast, ok, need) in _OPTIONAL.items() if get(k)
+    }
     return RoleConfig(get('MODEL'), get('BASE_URL'), api_key=get('API_KEY'), role=role, **{**opts, **overrides})
 
 # %% ../nbs/02_llm.ipynb #183e1415
@@ -320,14 +355,16 @@ class CircuitBreaker:
     def state(self) -> str: return self.s.state
     def allow(self) -> bool:
         "Admit a call (and turn half-open when the cool-down is over)?"
-        ok, self.s = breaker_admit(self.s, self.clock(), self.cooldown_s); return ok
+        ok, self.s = breaker_admit(self.s, self.clock(), self.cooldown_s)
+        return ok
     def record_success(self): self.s = breaker_success(self.s)
     def record_failure(self): self.s = breaker_failure(self.s, self.clock(), self.threshold)
     def release_probe(self): self.s = breaker_release_probe(self.s)
     def retry_in_s(self) -> float:
         "Seconds until an open breaker admits a probe."
         return 0.0 if self.s.opened_at is None else max(0.0, self.cooldown_s - (self.clock() - self.s.opened_at))
-    def __repr__(self): return f'CircuitBreaker(state={self.state!r}, failures={self.s.failures}, threshold={self.threshold})'
+    def __repr__(self):
+        return f'CircuitBreaker(state={self.state!r}, failures={self.s.failures}, threshold={self.threshold})'
 
 # %% ../nbs/02_llm.ipynb #d08d363e
 _ENDPOINT_SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -349,7 +386,10 @@ def _image_bytes(image) -> tuple[bytes, str]:
         if not p.exists(): raise DataError(where('image file not found', 'Check the frame path', file=p))
         data, hint = p.read_bytes(), mimetypes.guess_type(p.name)[0]
     mime = next((m for sig, m in _MAGIC if data.startswith(sig)), hint)
-    if not mime: raise DataError(where('not a recognised image (png, jpeg, gif, webp)', file=None if isinstance(image, (bytes, bytearray)) else image))
+    if not mime:
+        raise DataError(
+            where('not a recognised image (png, jpeg, gif, webp)',
+                  file=None if isinstance(image, (bytes, bytearray)) else image))
     return data, mime
 
 def image_data_url(image) -> str: # bytes, a path, or a 'data:' URL
@@ -394,7 +434,8 @@ class ResponseCache:
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.execute('PRAGMA journal_mode=WAL'); db.execute('PRAGMA busy_timeout=10000')
+            db.execute('PRAGMA journal_mode=WAL')
+            db.execute('PRAGMA busy_timeout=10000')
             db.execute('CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, content TEXT NOT NULL, '
                        'reasoning TEXT, usage TEXT, created_at TEXT)')
             self._db = db
@@ -402,20 +443,27 @@ class ResponseCache:
 
     def get(self, key:str) -> LLMResponse|None:
         "The cached reply for `key` (marked `cached=True`, latency 0), or None."
-        with self._lock: row = self._conn().execute('SELECT model, content, reasoning, usage FROM responses WHERE key=?', (key,)).fetchone()
+        with self._lock:
+            row = self._conn().execute('SELECT model, content, reasoning, usage FROM responses WHERE key=?',
+                                       (key, )).fetchone()
         if row is None: return None
-        return LLMResponse(row[1], reasoning=row[2], usage=json.loads(row[3] or '{}'), model=row[0], latency_s=0.0, cached=True)
+        return LLMResponse(row[1], reasoning=row[2], usage=json.loads(row[3] or '{}'), model=row[0], latency_s=0.0,
+                           cached=True)
 
     def put(self, key:str, r:LLMResponse):
         "Store a successful reply (the first one stored for a key wins)."
-        with self._lock: self._conn().execute('INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?)', (key, r.model, r.content, r.reasoning,
-                                              json.dumps(r.usage), datetime.now(timezone.utc).isoformat()))
+        with self._lock:
+            self._conn().execute(
+                'INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?)',
+                (key, r.model, r.content, r.reasoning, json.dumps(r.usage), datetime.now(timezone.utc).isoformat()))
 
     def __len__(self):
         with self._lock: return self._conn().execute('SELECT COUNT(*) FROM responses').fetchone()[0]
     def close(self):
         with self._lock:
-            if self._db is not None: self._db.close(); self._db = None
+            if self._db is not None:
+                self._db.close()
+                self._db = None
     def __repr__(self): return f'ResponseCache({str(self.path)!r})'
 
 
@@ -425,7 +473,9 @@ class MalformedReply(Exception):
 
 _RETRY_STATUS = {408, 409, 429}
 FORMAT_REFUSED = 'response_format refused'
-_OVERFLOW = re.compile(r'context (length|window|size)|context_length|maximum (input|model) length|too many tokens|prompt is too long|n_ctx', re.I)
+_OVERFLOW = re.compile(
+    r'context (length|window|size)|context_length|maximum (input|model) length|too many tokens|prompt is too long|n_ctx',
+    re.I)
 
 def is_context_overflow(message:str) -> bool:
     "Whether an endpoint's error message says the request does not fit the model's context (vLLM, SGLang, llama.cpp, OpenAI wordings)."
@@ -438,12 +488,16 @@ def classify_error(e:BaseException) -> tuple[bool, float|None, str]:
     "(retryable, Retry-After seconds, short description) for a failed attempt."
     if isinstance(e, openai.APIStatusError):
         code = e.status_code
-        if code < 500 and is_context_overflow(str(e)): return False, None, f'context length exceeded (HTTP {code}): {str(e)[:200]}'
-        if code in (400, 422, 500) and 'response_format' in str(e): return False, None, f'{FORMAT_REFUSED} (HTTP {code}): {str(e)[:200]}'  # llama-cpp-python answers 500 to a format it does not know
-        return code in _RETRY_STATUS or code >= 500, parse_retry_after(e.response.headers), f'HTTP {code}: {str(e)[:160]}'
+        if code < 500 and is_context_overflow(str(e)):
+            return False, None, f'context length exceeded (HTTP {code}): {str(e)[:200]}'
+        if code in (400, 422, 500) and 'response_format' in str(e):
+            return False, None, f'{FORMAT_REFUSED} (HTTP {code}): {str(e)[:200]}'  # llama-cpp-python answers 500 to a format it does not know
+        return code in _RETRY_STATUS or code >= 500, parse_retry_after(
+            e.response.headers), f'HTTP {code}: {str(e)[:160]}'
     if isinstance(e, (openai.APITimeoutError, TimeoutError)): return True, None, 'timeout'
     if isinstance(e, openai.APIConnectionError): return True, None, f'connection error: {str(e)[:120]}'
-    if isinstance(e, (json.JSONDecodeError, openai.APIResponseValidationError)): return True, None, f'malformed response body: {str(e)[:120]}'
+    if isinstance(e, (json.JSONDecodeError, openai.APIResponseValidationError)):
+        return True, None, f'malformed response body: {str(e)[:120]}'
     if isinstance(e, MalformedReply): return True, None, str(e)[:160]
     return False, None, f'{type(e).__name__}: {str(e)[:160]}'
 
@@ -455,12 +509,14 @@ def parse_completion(resp, # what the SDK returned
     if not isinstance(choices, list): raise MalformedReply(f'response is not a chat completion ({type(resp).__name__})')
     if not choices: raise MalformedReply('empty choices')
     msg = choices[0].message
-    if msg is None or not isinstance(msg.content, str) or not msg.content.strip(): raise MalformedReply('reply has no text content')
+    if msg is None or not isinstance(msg.content, str) or not msg.content.strip():
+        raise MalformedReply('reply has no text content')
     extra = msg.model_extra or {}
     reasoning = extra.get('reasoning_content') or extra.get('reasoning')
     u = resp.usage
     usage = {} if u is None else {'prompt_tokens': u.prompt_tokens or 0, 'completion_tokens': u.completion_tokens or 0}
-    return LLMResponse(msg.content, reasoning=reasoning if isinstance(reasoning, str) else None, usage=usage, model=resp.model or fallback_model)
+    return LLMResponse(msg.content, reasoning=reasoning if isinstance(reasoning, str) else None, usage=usage,
+                       model=resp.model or fallback_model)
 
 # %% ../nbs/02_llm.ipynb #249502c9
 TELEMETRY_KEYS = ('run_id', 'call_id', 'role', 'model', 'prompt_tokens', 'completion_tokens', 'latency_s', 'status',
@@ -468,7 +524,8 @@ TELEMETRY_KEYS = ('run_id', 'call_id', 'role', 'model', 'prompt_tokens', 'comple
 
 def telemetry_row(**kw) -> dict:
     "A telemetry row with every key of `TELEMETRY_KEYS` (missing ones 0/None/False)."
-    defaults = dict(prompt_tokens=0, completion_tokens=0, latency_s=0.0, attempt=0, cache_hit=False, cost=0.0, error=None)
+    defaults = dict(prompt_tokens=0, completion_tokens=0, latency_s=0.0, attempt=0, cache_hit=False, cost=0.0,
+                    error=None)
     return {k: kw.get(k, defaults.get(k)) for k in TELEMETRY_KEYS}
 
 # %% ../nbs/02_llm.ipynb #9a63d27c
@@ -481,9 +538,11 @@ def json_schema_format(name:str, # a short name of the reply (OpenAI wants one)
 def format_dialects(response_format:dict|None) -> list[tuple[str, dict|None]]:
     "(dialect, response_format to send) pairs to try, best first; the last sends none."
     if not response_format: return [('none', None)]
-    if response_format.get('type') != 'json_schema': return [(response_format.get('type', 'custom'), response_format), ('none', None)]
+    if response_format.get('type') != 'json_schema':
+        return [(response_format.get('type', 'custom'), response_format), ('none', None)]
     schema = response_format['json_schema']['schema']
-    return [('json_schema', response_format), ('json_object', {'type': 'json_object', 'schema': schema}), ('none', None)]
+    return [('json_schema', response_format), ('json_object', {'type': 'json_object', 'schema': schema}),
+            ('none', None)]
 
 _FORMAT_SUPPORT: dict[tuple[str, str], str] = {}  # (endpoint, model) -> the dialect that endpoint took
 _PROBE_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -495,14 +554,17 @@ def structured_dialect(base_url:str, model:str) -> str|None:
 # %% ../nbs/02_llm.ipynb #afbc08fb
 class OpenAIProvider:
     "An `LLMProvider` over an OpenAI-compatible endpoint with retries, breaker, concurrency limit, cache and telemetry."
-    def __init__(self, config:RoleConfig, *,
-                 cache:ResponseCache|None=None, # response cache; None = every call goes out
-                 telemetry:Callable[[dict], object]|None=None, # receives one row per call
-                 breaker:CircuitBreaker|None=None, # share one to pool endpoint health; default: a private one
-                 run_id:str|None=None, # written into telemetry rows
-                 role:str|None=None, # overrides config.role
-                 http_client=None, # an httpx2.AsyncClient to use (tests, proxies); default: the SDK's, one per event loop
-                 rng:random.Random|None=None): # jitter source
+    def __init__(
+        self,
+        config: RoleConfig,
+        *,
+        cache: ResponseCache | None = None,  # response cache; None = every call goes out
+        telemetry: Callable[[dict], object] | None = None,  # receives one row per call
+        breaker: CircuitBreaker | None = None,  # share one to pool endpoint health; default: a private one
+        run_id: str | None = None,  # written into telemetry rows
+        role: str | None = None,  # overrides config.role
+        http_client=None,  # an httpx2.AsyncClient to use (tests, proxies); default: the SDK's, one per event loop
+        rng: random.Random | None = None):  # jitter source
         self.config, self.cache, self.telemetry, self.run_id = config, cache, telemetry, run_id
         self.role, self.model = role or config.role, config.model
         self.breaker = breaker or CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_s)
@@ -513,9 +575,11 @@ class OpenAIProvider:
         "A provider for `role` configured from TREETRM_<ROLE>_* variables."
         return cls(load_role_config(role, env, dotenv_path), **kw)
 
-    def __repr__(self): return f'OpenAIProvider(role={self.role!r}, model={self.model!r}, endpoint={self.config.base_url!r})'
+    def __repr__(self):
+        return f'OpenAIProvider(role={self.role!r}, model={self.model!r}, endpoint={self.config.base_url!r})'
     @property
-    def context_tokens(self) -> int|None: return self.config.context_tokens # the role's context budget (callers fit their messages to it)
+    def context_tokens(self) -> int | None:
+        return self.config.context_tokens  # the role's context budget (callers fit their messages to it)
     @property
     def max_tokens(self) -> int|None: return self.config.max_tokens # the reply cap sent when a call sets none
 
@@ -540,7 +604,8 @@ async def aclose(self:OpenAIProvider):
 @patch
 def _request(self:OpenAIProvider, messages, temperature, max_tokens, seed, response_format) -> dict:
     "The keyword arguments of one chat.completions.create call."
-    kw = dict(model=self.model, messages=messages, temperature=temperature, max_tokens=max_tokens, seed=seed, response_format=response_format)
+    kw = dict(model=self.model, messages=messages, temperature=temperature, max_tokens=max_tokens, seed=seed,
+              response_format=response_format)
     kw = {k: v for k, v in kw.items() if v is not None}
     if extra := thinking_extra_body(self.config.kind, self.config.thinking): kw['extra_body'] = extra
     return kw
@@ -559,7 +624,8 @@ _ATTEMPT_ERRORS = (openai.OpenAIError, TimeoutError, json.JSONDecodeError, Malfo
 class _CallFailed(Exception):
     "A call ended without a reply; `how` is 'exhausted' (retries spent), 'rejected' (final 4xx) or 'breaker_open'."
     def __init__(self, attempts:int, error:str, how:str, status:int|None=None):
-        super().__init__(error); self.attempts, self.error, self.how, self.status = attempts, error, how, status
+        super().__init__(error)
+        self.attempts, self.error, self.how, self.status = attempts, error, how, status
     @property
     def overflow(self) -> bool: return self.error.startswith('context length exceeded')
 
@@ -569,12 +635,15 @@ async def _with_retries(self:OpenAIProvider, request:dict) -> tuple[LLMResponse,
     cfg, n = self.config, 0
     while True:
         n += 1
-        try: return await self._attempt(request), n
-        except _ATTEMPT_ERRORS as e: (retryable, retry_after, error), status = classify_error(e), getattr(e, 'status_code', None)
+        try:
+            return await self._attempt(request), n
+        except _ATTEMPT_ERRORS as e:
+            (retryable, retry_after, error), status = classify_error(e), getattr(e, 'status_code', None)
         error = redact(error, cfg.api_key)
         if not retryable: raise _CallFailed(n, error, 'rejected', status)
         if n > cfg.max_retries: raise _CallFailed(n, error, 'exhausted')
-        if self.breaker.state == 'open': raise _CallFailed(n, f'{error}; circuit breaker opened meanwhile', 'breaker_open')
+        if self.breaker.state == 'open':
+            raise _CallFailed(n, f'{error}; circuit breaker opened meanwhile', 'breaker_open')
         await asyncio.sleep(backoff_delay(n, cfg.backoff_base_s, cfg.backoff_max_s, self._rng.random(), retry_after))
 
 # %% ../nbs/02_llm.ipynb #4095bf56
@@ -599,17 +668,26 @@ async def _failed(self:OpenAIProvider, f:_CallFailed, call_id:str, t0:float) -> 
     elif f.how == 'rejected': self.breaker.record_success()  # the endpoint answered; the request was wrong
     await self._emit(call_id=call_id, status='error', attempt=f.attempts, latency_s=time.monotonic()-t0, error=f.error)
     if f.overflow:
-        return ContextLengthError(redact(where("the request does not fit the model's context window", f'Set {role_env_name(self.role, "CONTEXT_TOKENS")} to the context the server gives (the agent then elides old tool outputs), or serve a longer context (llama.cpp --n_ctx, vLLM --max-model-len)',
-                                               role=self.role, model=self.model, endpoint=self.config.base_url, run_id=self.run_id, error=f.error), self.config.api_key))
-    return self._infra_error(f'LLM call failed after {f.attempts} attempt(s)', 'Check the endpoint, model name and key; transient errors were already retried', error=f.error)
+        return ContextLengthError(
+            redact(
+                where(
+                    "the request does not fit the model's context window",
+                    f'Set {role_env_name(self.role, "CONTEXT_TOKENS")} to the context the server gives (the agent then elides old tool outputs), or serve a longer context (llama.cpp --n_ctx, vLLM --max-model-len)',
+                    role=self.role, model=self.model, endpoint=self.config.base_url, run_id=self.run_id, error=f.error),
+                self.config.api_key))
+    return self._infra_error(f'LLM call failed after {f.attempts} attempt(s)',
+                             'Check the endpoint, model name and key; transient errors were already retried',
+                             error=f.error)
 
 @patch
-async def _succeeded(self:OpenAIProvider, r:LLMResponse, attempts:int, key:str|None, call_id:str, t0:float) -> LLMResponse:
+async def _succeeded(self: OpenAIProvider, r: LLMResponse, attempts: int, key: str | None, call_id: str,
+                     t0: float) -> LLMResponse:
     "Settle a call that got a reply: breaker, cache, telemetry row."
     self.breaker.record_success()
-    r = replace(r, latency_s=time.monotonic()-t0)
+    r = replace(r, latency_s=time.monotonic() - t0)
     if key: self.cache.put(key, r)
-    await self._emit(call_id=call_id, status='ok', attempt=attempts, latency_s=r.latency_s, cost=call_cost(self.model, r.usage, self.config.prices), **r.usage)
+    await self._emit(call_id=call_id, status='ok', attempt=attempts, latency_s=r.latency_s,
+                     cost=call_cost(self.model, r.usage, self.config.prices), **r.usage)
     return r
 
 # %% ../nbs/02_llm.ipynb #f8f68f2d
@@ -617,7 +695,9 @@ async def _succeeded(self:OpenAIProvider, r:LLMResponse, attempts:int, key:str|N
 async def _fail_fast(self:OpenAIProvider, call_id:str) -> InfraError:
     "Record a call the open breaker refused; the error to raise."
     await self._emit(call_id=call_id, status='breaker_open', error='circuit breaker open')
-    return self._infra_error('circuit breaker open after repeated failed calls; failing fast', 'Check the endpoint is up; a probe call goes through after the cool-down', retry_in_s=round(self.breaker.retry_in_s(), 2))
+    return self._infra_error('circuit breaker open after repeated failed calls; failing fast',
+                             'Check the endpoint is up; a probe call goes through after the cool-down',
+                             retry_in_s=round(self.breaker.retry_in_s(), 2))
 
 @patch
 def _dialects(self:OpenAIProvider, response_format:dict|None) -> list[tuple[str, dict|None]]:
@@ -627,22 +707,30 @@ def _dialects(self:OpenAIProvider, response_format:dict|None) -> list[tuple[str,
     known = structured_dialect(self.config.base_url, self.model)
     if known is None: return tries
     if picked := [d for d in tries if d[0] == known]: return picked
-    raise self._infra_error(f'the endpoint takes no structured reply format (it answered {known!r} when probed)', f'Set {role_env_name(self.role, "STRUCTURED")}=auto or off')
+    raise self._infra_error(f'the endpoint takes no structured reply format (it answered {known!r} when probed)',
+                            f'Set {role_env_name(self.role, "STRUCTURED")}=auto or off')
 
 @patch
-async def _send(self:OpenAIProvider, messages, temperature, max_tokens, seed, response_format) -> tuple[LLMResponse, int]:
+async def _send(self: OpenAIProvider, messages, temperature, max_tokens, seed,
+                response_format) -> tuple[LLMResponse, int]:
     "Send the call in the first reply-format dialect the endpoint takes (probing once under a lock); (reply, attempts)."
     tries, spent = self._dialects(response_format), 0
-    if len(tries) == 1: return await self._with_retries(self._request(messages, temperature, max_tokens, seed, tries[0][1]))
+    if len(tries) == 1:
+        return await self._with_retries(self._request(messages, temperature, max_tokens, seed, tries[0][1]))
     locks = _PROBE_LOCKS.setdefault(asyncio.get_running_loop(), {})
     async with locks.setdefault((self.config.base_url.rstrip('/'), self.model), asyncio.Lock()):
         tries = self._dialects(response_format)  # another call may have probed meanwhile
         for i, (name, fmt) in enumerate(tries):
-            try: r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, fmt))
+            try:
+                r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, fmt))
             except _CallFailed as f:
-                refused = f.how == 'rejected' and not f.overflow and (f.status in (400, 422) or f.error.startswith(FORMAT_REFUSED))
-                if i == len(tries) - 1 or not refused: f.attempts += spent; raise
-                spent += f.attempts; continue
+                refused = f.how == 'rejected' and not f.overflow and (f.status in (400, 422)
+                                                                      or f.error.startswith(FORMAT_REFUSED))
+                if i == len(tries) - 1 or not refused:
+                    f.attempts += spent
+                    raise
+                spent += f.attempts
+                continue
             _FORMAT_SUPPORT[(self.config.base_url.rstrip('/'), self.model)] = name
             return r, n + spent
 
@@ -653,10 +741,12 @@ async def chat(self:OpenAIProvider, messages:list[dict], *, temperature:float=0.
     call_id, t0 = uuid.uuid4().hex, time.monotonic()
     max_tokens = self.config.max_tokens if max_tokens is None else max_tokens
     if self.config.structured == 'off': response_format = None
-    key = None if self.cache is None else cache_key(self.model, messages, temperature, max_tokens, seed, response_format,
-                                                    tuple(image_digest(i) for i in images or ()), self.config.thinking)
+    key = None if self.cache is None else cache_key(self.model, messages, temperature, max_tokens, seed,
+                                                    response_format, tuple(image_digest(i)
+                                                                           for i in images or ()), self.config.thinking)
     if key and (hit := self.cache.get(key)):
-        await self._emit(call_id=call_id, status='cache_hit', cache_hit=True, **hit.usage); return hit
+        await self._emit(call_id=call_id, status='cache_hit', cache_hit=True, **hit.usage)
+        return hit
     if not self.breaker.allow(): raise await self._fail_fast(call_id)
     probe = self.breaker.state == 'half_open'
     try: r, n = await self._send(attach_images(messages, images), temperature, max_tokens, seed, response_format)

@@ -23,10 +23,16 @@ EFFECT_MIXTURES = {  # name -> ((share, low, high), ...): a rule's true effect a
 def mixture_components(effects) -> tuple:
     "The (share, low, high) components of a mixture name or of explicit components, checked."
     comps = EFFECT_MIXTURES.get(effects) if isinstance(effects, str) else effects
-    if comps is None: raise ConfigError(where(f'unknown effect mixture {effects!r}', f'Use one of {sorted(EFFECT_MIXTURES)} or a tuple of (share, low, high)', field='effects'))
+    if comps is None:
+        raise ConfigError(
+            where(f'unknown effect mixture {effects!r}',
+                  f'Use one of {sorted(EFFECT_MIXTURES)} or a tuple of (share, low, high)', field='effects'))
     comps = tuple(tuple(float(x) for x in c) for c in comps)
-    if not comps or any(len(c) != 3 or c[0] < 0 or c[1] > c[2] for c in comps) or not math.isclose(sum(c[0] for c in comps), 1, abs_tol=1e-6):
-        raise ConfigError(where(f'effect mixture components must be (share ≥ 0, low ≤ high) with shares summing to 1, got {comps}', field='effects'))
+    if not comps or any(len(c) != 3 or c[0] < 0 or c[1] > c[2]
+                        for c in comps) or not math.isclose(sum(c[0] for c in comps), 1, abs_tol=1e-6):
+        raise ConfigError(
+            where(f'effect mixture components must be (share ≥ 0, low ≤ high) with shares summing to 1, got {comps}',
+                  field='effects'))
     return comps
 
 def component_counts(shares, n:int) -> list[int]:
@@ -39,7 +45,10 @@ def component_counts(shares, n:int) -> list[int]:
 def draw_effects(effects, n:int, rng:random.Random) -> list[float]:
     "`n` target effects (points) following the mixture, in a random order."
     comps = mixture_components(effects)
-    out = [rng.uniform(lo, hi) for (_, lo, hi), k in zip(comps, component_counts([c[0] for c in comps], n)) for _ in range(k)]
+    out = [
+        rng.uniform(lo, hi) for (_, lo, hi), k in zip(comps, component_counts([c[0] for c in comps], n))
+        for _ in range(k)
+    ]
     rng.shuffle(out)
     return out
 
@@ -56,20 +65,30 @@ class RealismParams:
     guess_beta: tuple = (0.15, 0.3) # Beta prior of the probability of a right answer without the evidence
     side_effect_share: float = 0.5 # share of rules that also move another evidence class, the other way
     side_ratio: tuple = (0.2, 0.6) # size of that side effect relative to the main one
-    informativeness: float = 2.0 # evolver: how strongly proposals lean towards rules that would rescue the failures shown
+    informativeness: float = 2.0  # evolver: how strongly proposals lean towards rules that would rescue the failures shown
 
     def __post_init__(self):
         mixture_components(self.effects)
         for k in ('flip_rate', 'seed_accuracy', 'side_effect_share'):
-            if not 0 <= getattr(self, k) <= 1: raise ConfigError(where(f'{k} must lie in [0, 1], got {getattr(self, k)!r}', field=k))
+            if not 0 <= getattr(self, k) <= 1:
+                raise ConfigError(where(f'{k} must lie in [0, 1], got {getattr(self, k)!r}', field=k))
         for k in ('follow', 'slip', 'side_ratio'):
             lo, hi = getattr(self, k)
-            if not 0 <= lo <= hi <= 1: raise ConfigError(where(f'{k} must be a range (low, high) inside [0, 1], got {getattr(self, k)!r}', field=k))
+            if not 0 <= lo <= hi <= 1:
+                raise ConfigError(
+                    where(f'{k} must be a range (low, high) inside [0, 1], got {getattr(self, k)!r}', field=k))
         if isinstance(self.n_rules, bool) or not isinstance(self.n_rules, int) or self.n_rules < 20:
             raise ConfigError(where(f'n_rules must be a whole number ≥ 20, got {self.n_rules!r}', field='n_rules'))
-        if self.informativeness < 0: raise ConfigError(where(f'informativeness must be ≥ 0, got {self.informativeness!r}', field='informativeness'))
+        if self.informativeness < 0:
+            raise ConfigError(
+                where(f'informativeness must be ≥ 0, got {self.informativeness!r}', field='informativeness'))
 
-    def to_dict(self) -> dict: return {k: (list(map(list, v)) if k == 'effects' and not isinstance(v, str) else list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+    def to_dict(self) -> dict:
+        return {
+            k: (list(map(list, v))
+                if k == 'effects' and not isinstance(v, str) else list(v) if isinstance(v, tuple) else v)
+            for k, v in asdict(self).items()
+        }
 
 # %% ../nbs/02a_realism.ipynb #d4aee51b
 def sigmoid(x): return 1 / (1 + np.exp(-x))
@@ -90,25 +109,30 @@ def flip_rate(p) -> float: return float(np.mean(2 * p * (1 - p)))
 
 def calibrate_reach(z, slip, guess, accuracy:float, flips:float) -> tuple[float, float]:
     "(mu, sigma) of the reach logits giving the seed skills `accuracy` and two runs disagreeing on `flips` of the answers."
-    mu_for = lambda sigma: _bisect(lambda mu: float(np.mean(seed_probabilities(z, slip, guess, mu, sigma))) - accuracy, -30, 30)
+    mu_for = lambda sigma: _bisect(lambda mu: float(np.mean(seed_probabilities(z, slip, guess, mu, sigma))) - accuracy,
+                                   -30, 30)
     rate = lambda sigma: flip_rate(seed_probabilities(z, slip, guess, mu_for(sigma), sigma))
     lo, hi = rate(20.0), rate(0.0)
     if not lo <= flips <= hi:
-        raise ConfigError(where(f'flip_rate {flips} cannot be reached at seed accuracy {accuracy}: this world allows {lo:.3f} to {hi:.3f}',
-                                'Choose a flip_rate in that range, or change slip / guess_beta', field='flip_rate'))
+        raise ConfigError(
+            where(
+                f'flip_rate {flips} cannot be reached at seed accuracy {accuracy}: this world allows {lo:.3f} to {hi:.3f}',
+                'Choose a flip_rate in that range, or change slip / guess_beta', field='flip_rate'))
     sigma = _bisect(lambda s: flips - rate(s), 0.0, 20.0)
     return mu_for(sigma), sigma
 
 # %% ../nbs/02a_realism.ipynb #40a3eb77
-_OPENERS = ('Before answering,', 'When the first pass is inconclusive,', 'In long videos,', 'When two options look plausible,',
-            'After each scene,', 'When subtitles are present,', 'As a last check,', 'At the start,', 'When a search returns many hits,',
-            'If the question names a moment,')
-_ACTIONS = ('search for {key} under a second name', 'open the neighbouring event of every hit', 'compare the time ranges of the candidate nodes',
-            'prefer keyframe details over event summaries', 'read the on-screen text of each keyframe you open',
-            'tie every finding to a node id', 'skip scenes whose summary does not mention {key}', 'stop after two consistent sightings of {key}',
+_OPENERS = ('Before answering,', 'When the first pass is inconclusive,', 'In long videos,',
+            'When two options look plausible,', 'After each scene,', 'When subtitles are present,', 'As a last check,',
+            'At the start,', 'When a search returns many hits,', 'If the question names a moment,')
+_ACTIONS = ('search for {key} under a second name', 'open the neighbouring event of every hit',
+            'compare the time ranges of the candidate nodes', 'prefer keyframe details over event summaries',
+            'read the on-screen text of each keyframe you open', 'tie every finding to a node id',
+            'skip scenes whose summary does not mention {key}', 'stop after two consistent sightings of {key}',
             'trust the subtitles over the visual cards', 'reread the question and list what separates the options',
-            'open the last event of each scene', 'check whether {key} appears in more than one scene', 'answer from the scene summaries alone',
-            'look for {key} in the keyframes before the events', 'eliminate the options no node mentions')
+            'open the last event of each scene', 'check whether {key} appears in more than one scene',
+            'answer from the scene summaries alone', 'look for {key} in the keyframes before the events',
+            'eliminate the options no node mentions')
 
 def rule_texts(key:str, # the key noun of the task type, e.g. 'the object'
                n:int, rng:random.Random) -> list[str]:
@@ -145,7 +169,8 @@ def p_right(q:dict, # the question's model: reach, slip, guess, class
 def _effect_points(strength:float, rule:dict, qs:dict) -> float:
     "The rule's true effect at the seed skills (points) with this strength, over one type's questions (arrays in `qs`)."
     main, side, w = qs['main'], qs['side'], qs['w']
-    e = rule['sign'] * (main * np.minimum(0.95, strength * w) - side * np.minimum(0.95, strength * rule['side_ratio'] * w))
+    e = rule['sign'] * (main * np.minimum(0.95, strength * w) -
+                        side * np.minimum(0.95, strength * rule['side_ratio'] * w))
     f, reach = rule['follow'], qs['reach']
     reach1 = np.where(e > 0, reach + (1 - reach) * f * e, reach * (1 + f * np.minimum(e, 0)))
     return float(100 * np.mean((reach1 - reach) * (1 - qs['slip'] - qs['guess'])))
@@ -157,7 +182,8 @@ def calibrate_strength(target:float, rule:dict, qs:dict, grid:int=48) -> float:
     sgn = 1 if target >= 0 else -1
     hit = np.nonzero(sgn * vals >= sgn * target)[0]
     if not len(hit): return float(lams[int(np.argmax(sgn * vals))])
-    hi = lams[hit[0]]; lo = lams[hit[0] - 1] if hit[0] else 0.0
+    hi = lams[hit[0]]
+    lo = lams[hit[0] - 1] if hit[0] else 0.0
     return _bisect(lambda x: sgn * (_effect_points(x, rule, qs) - target), lo, hi, iters=30)
 
 def _rule_shape(rng:random.Random, target:float, classes:list[str], p:RealismParams) -> dict:
@@ -166,7 +192,8 @@ def _rule_shape(rng:random.Random, target:float, classes:list[str], p:RealismPar
     scope = list(classes) if rng.random() < 0.35 or abs(target) > 3 else [rng.choice(classes)]
     others = [c for c in classes if c not in scope]
     side = rng.choice(others) if others and rng.random() < p.side_effect_share else None
-    return dict(scope=sorted(scope), sign=sign, side_class=side, side_ratio=round(rng.uniform(*p.side_ratio), 4) if side else 0.0,
+    return dict(scope=sorted(scope), sign=sign, side_class=side,
+                side_ratio=round(rng.uniform(*p.side_ratio), 4) if side else 0.0,
                 follow=round(rng.uniform(*p.follow), 4))
 
 def rule_kind(effect:float) -> str: return 'helpful' if effect > 0.5 else 'trap' if effect < -0.5 else 'neutral'
@@ -180,14 +207,20 @@ def question_models(evidence:dict, # question id -> evidence record (task_type, 
     z, slip, guess = rng.standard_normal(len(ids)), rng.uniform(*p.slip, len(ids)), rng.beta(*p.guess_beta, len(ids))
     mu, sigma = calibrate_reach(z, slip, guess, p.seed_accuracy, p.flip_rate)
     reach = sigmoid(mu + sigma * z)
-    models = {q: dict(reach=round(float(r), 6), slip=round(float(s), 6), guess=round(float(g), 6)) for q, r, s, g in zip(ids, reach, slip, guess)}
+    models = {
+        q: dict(reach=round(float(r), 6), slip=round(float(s), 6), guess=round(float(g), 6))
+        for q, r, s, g in zip(ids, reach, slip, guess)
+    }
     return models, dict(mu=round(mu, 6), sigma=round(sigma, 6))
 
 def _type_arrays(ids:list[str], evidence:dict, models:dict, seed:int, rule:dict) -> dict:
     "One rule's view of a type's questions as arrays: where it acts (main, side), its jitter, the seed model."
     cls = [evidence[q]['class'] for q in ids]
-    return dict(main=np.array([c in rule['scope'] for c in cls], float), side=np.array([c == rule['side_class'] for c in cls], float),
-                w=np.array([jitter(seed, q, rule['id']) for q in ids]), **{k: np.array([models[q][k] for q in ids]) for k in ('reach', 'slip', 'guess')})
+    return dict(main=np.array([c in rule['scope'] for c in cls],
+                              float), side=np.array([c == rule['side_class'] for c in cls],
+                                                    float), w=np.array([jitter(seed, q, rule['id']) for q in ids]),
+                **{k: np.array([models[q][k] for q in ids])
+                   for k in ('reach', 'slip', 'guess')})
 
 def realistic_rules(task_type:str, slug:str, key:str, # the type, its file slug and key noun
                     evidence:dict, models:dict, seed:int, p:RealismParams) -> list[dict]:
@@ -199,7 +232,8 @@ def realistic_rules(task_type:str, slug:str, key:str, # the type, its file slug 
     for i, (target, text) in enumerate(zip(targets, texts)):
         rule = dict(id=f'{slug}/r{i:02d}', text=text, **_rule_shape(rng, target, classes, p))
         rule['behaviour'] = rule['id']
-        for widen in (dict(), dict(side_class=None, side_ratio=0.0), dict(side_class=None, side_ratio=0.0, scope=classes)):
+        for widen in (dict(), dict(side_class=None, side_ratio=0.0), dict(side_class=None, side_ratio=0.0,
+                                                                          scope=classes)):
             rule |= widen  # a target out of reach: first without the side effect, then over every class
             qs = _type_arrays(ids, evidence, models, seed, rule)
             rule['strength'] = round(calibrate_strength(target, rule, qs), 6)
@@ -225,4 +259,5 @@ def draw_answer(q:dict, # the question's model: reach, slip, guess
     blocked = any(on and e < 0 and rng.random() < -e for on, (_, e) in zip(followed, effects))
     reached = (rng.random() < q['reach'] or rescued) and not blocked
     right = rng.random() < (1 - q['slip'] if reached else q['guess'])
-    return dict(followed=followed, reached=reached, right=right, costly=sum(on and e < 0 for on, (_, e) in zip(followed, effects)))
+    return dict(followed=followed, reached=reached, right=right,
+                costly=sum(on and e < 0 for on, (_, e) in zip(followed, effects)))

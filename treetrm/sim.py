@@ -22,19 +22,23 @@ __all__ = ['EFFECT_METHOD', 'REALISTIC_EFFECT_METHOD', 'PROFILES', 'DEMO_SEED', 
            'world_questions_by_id']
 
 # %% ../nbs/03_sim.ipynb #e9c91d7d
-def _difficulty(requires:list) -> str: return 'easy' if not requires else 'medium' if all(len(c) > 1 for c in requires) else 'hard'
+def _difficulty(requires: list) -> str:
+    return 'easy' if not requires else 'medium' if all(len(c) > 1 for c in requires) else 'hard'
 
 def _evidence(tree, q:dict) -> dict:
     "The world.json evidence record of a planted question, features read from the tree."
     opts = [option_text(o) for o in q['options']]
     feats = observe_features(tree, q['task_type'], q['key'], opts, q['answer'])
     requires, hidden_by = evidence_rules(q['task_type'], feats)
-    return {'task_type': q['task_type'], 'video_id': q['video_id'], 'key': q['key'], 'class': q['class'], 'features': feats,
-            'requires': requires, 'hidden_by': hidden_by, 'source_nodes': q['source_nodes']}
+    return {
+        'task_type': q['task_type'], 'video_id': q['video_id'], 'key': q['key'], 'class': q['class'], 'features': feats,
+        'requires': requires, 'hidden_by': hidden_by, 'source_nodes': q['source_nodes']
+    }
 
 def _question_record(q:dict, ev:dict, duration:float, domain:str) -> Question:
     return Question(q['question_id'], q['video_id'], q['task_type'], q['question'], tuple(q['options']), q['letter'],
-                    duration=_duration_class(duration), domain=domain, difficulty=_difficulty(ev['requires']), source_nodes=tuple(q['source_nodes']))
+                    duration=_duration_class(duration), domain=domain, difficulty=_difficulty(ev['requires']),
+                    source_nodes=tuple(q['source_nodes']))
 
 def world_fingerprint(world_dir:str|Path) -> str:
     "sha256 over the trees and questions.jsonl of a world (not world.json itself)."
@@ -50,16 +54,21 @@ def world_rules(evidence:dict) -> dict:
         evs = [e for e in evidence.values() if e['task_type'] == tt]
         if not evs: continue
         rules = [{**r, 'effect': rule_effect(evs, r['behaviour'])} for r in type_rule_specs(tt)]
-        out[tt] = {'n_questions': len(evs), 'baseline_reach': round(sum(reachable(e, []) for e in evs) / len(evs), 4), 'rules': rules}
+        out[tt] = {
+            'n_questions': len(evs), 'baseline_reach': round(sum(reachable(e, []) for e in evs) / len(evs), 4),
+            'rules': rules
+        }
     return out
 
-EFFECT_METHOD = ('effect = 100 * (1 - 1/n_options) * (share of the type\'s questions reachable with the rule alone '
-                 '- share reachable with no rule); reachable(evidence, behaviours) = every clause of `requires` has a '
-                 'behaviour present and no `hidden_by` trap is present; unreached evidence is assumed to be a uniform guess')
+EFFECT_METHOD = (
+    'effect = 100 * (1 - 1/n_options) * (share of the type\'s questions reachable with the rule alone '
+    '- share reachable with no rule); reachable(evidence, behaviours) = every clause of `requires` has a '
+    'behaviour present and no `hidden_by` trap is present; unreached evidence is assumed to be a uniform guess')
 
-REALISTIC_EFFECT_METHOD = ('effect = 100 * (mean over the type\'s questions of P(right | seed skills + the rule) - P(right | seed skills)), '
-                           'exact under treetrm.realism.p_right (rules followed with a probability, rescues and blocks of reaching the '
-                           'evidence, reasoning slips, answers without the evidence)')
+REALISTIC_EFFECT_METHOD = (
+    'effect = 100 * (mean over the type\'s questions of P(right | seed skills + the rule) - P(right | seed skills)), '
+    'exact under treetrm.realism.p_right (rules followed with a probability, rescues and blocks of reaching the '
+    'evidence, reasoning slips, answers without the evidence)')
 PROFILES = ('easy', 'realistic')
 
 def realism_params(settings=None # None, a dict of `RealismParams` fields, or a `RealismParams`
@@ -67,7 +76,9 @@ def realism_params(settings=None # None, a dict of `RealismParams` fields, or a 
     "Checked `RealismParams`; unknown keys are a `ConfigError`."
     if isinstance(settings, RealismParams): return settings
     d, fields = dict(settings or {}), RealismParams.__dataclass_fields__
-    if unknown := sorted(set(d) - set(fields)): raise ConfigError(where(f'unknown realism settings {unknown}', f'Use some of {sorted(fields)}', field='realism'))
+    if unknown := sorted(set(d) - set(fields)):
+        raise ConfigError(where(f'unknown realism settings {unknown}', f'Use some of {sorted(fields)}',
+                                field='realism'))
     return RealismParams(**{k: tuple(v) if isinstance(v, list) and k != 'effects' else v for k, v in d.items()})
 
 def realistic_layer(evidence:dict, seed:int, params:RealismParams) -> dict:
@@ -79,33 +90,48 @@ def realistic_layer(evidence:dict, seed:int, params:RealismParams) -> dict:
         types[tt] = {'n_questions': sum(e['task_type'] == tt for e in evidence.values()), 'rules': rules}
     return {'models': models, 'task_types': types, 'realism': params.to_dict() | {'calibration': calibration}}
 
-def make_world(out_dir:str|Path, # folder to write (created; existing world files are overwritten)
-               seed:int=0, # world seed: same seed, same bytes
-               n_videos:int=50, # videos to generate
-               questions_per_video:dict|None=None, # task type -> questions per video (default QUESTIONS_PER_VIDEO)
-               profile:str='easy', # 'easy' (large, clean rule effects: the demo) or 'realistic' (small noisy effects, `treetrm.realism`)
-               realism:dict|None=None # realistic profile: `RealismParams` settings (effects, flip_rate, n_rules, ...)
-              ) -> Path:
+def make_world(
+    out_dir: str | Path,  # folder to write (created; existing world files are overwritten)
+    seed: int = 0,  # world seed: same seed, same bytes
+    n_videos: int = 50,  # videos to generate
+    questions_per_video: dict | None = None,  # task type -> questions per video (default QUESTIONS_PER_VIDEO)
+    profile:
+    str = 'easy',  # 'easy' (large, clean rule effects: the demo) or 'realistic' (small noisy effects, `treetrm.realism`)
+    realism: dict | None = None  # realistic profile: `RealismParams` settings (effects, flip_rate, n_rules, ...)
+) -> Path:
     "Write a planted-truth world: trees/<videoID>/tree.json, questions.jsonl and world.json."
     out, qpv = Path(out_dir), questions_per_video or QUESTIONS_PER_VIDEO
-    if unknown := set(qpv) - set(PLANTERS): raise ConfigError(where(f'no planter for task types {sorted(unknown)}', f'Use some of {list(PLANTERS)}', field='questions_per_video'))
-    if profile not in PROFILES: raise ConfigError(where(f'unknown world profile {profile!r}', f'Use one of {", ".join(PROFILES)}', field='profile'))
-    if realism is not None and profile != 'realistic': raise ConfigError(where('realism settings need the realistic profile', "Pass profile='realistic'", field='realism'))
+    if unknown := set(qpv) - set(PLANTERS):
+        raise ConfigError(
+            where(f'no planter for task types {sorted(unknown)}', f'Use some of {list(PLANTERS)}',
+                  field='questions_per_video'))
+    if profile not in PROFILES:
+        raise ConfigError(
+            where(f'unknown world profile {profile!r}', f'Use one of {", ".join(PROFILES)}', field='profile'))
+    if realism is not None and profile != 'realistic':
+        raise ConfigError(
+            where('realism settings need the realistic profile', "Pass profile='realistic'", field='realism'))
     params = realism_params(realism) if profile == 'realistic' else None  # checked before anything is written
     questions, evidence = [], {}
     for i in range(n_videos):
         tree, planted = make_video(seed, i, qpv)
-        atomic_write_json(out/'trees'/tree['videoID']/'tree.json', tree, indent=None)
-        vt = load_tree(out/'trees'/tree['videoID'])
+        atomic_write_json(out / 'trees' / tree['videoID'] / 'tree.json', tree, indent=None)
+        vt = load_tree(out / 'trees' / tree['videoID'])
         for q in planted:
             evidence[q['question_id']] = ev = _evidence(vt, q)
             questions.append(_question_record(q, ev, tree['duration_seconds'], tree['domain']))
-    save_questions(questions, out/'questions.jsonl')
-    world = {'format': 'treetrm-sim-world/1', 'seed': seed, 'n_videos': n_videos, 'questions_per_video': qpv,
-             'class_weights': {t: CLASS_WEIGHTS[t] for t in qpv}, 'effect_method': EFFECT_METHOD,
-             'fingerprint': world_fingerprint(out), 'task_types': world_rules(evidence), 'evidence': evidence}
-    if params is not None: world |= {'profile': 'realistic', 'effect_method': REALISTIC_EFFECT_METHOD, **realistic_layer(evidence, seed, params)}
-    atomic_write_json(out/'world.json', world, indent=1)
+    save_questions(questions, out / 'questions.jsonl')
+    world = {
+        'format': 'treetrm-sim-world/1', 'seed': seed, 'n_videos': n_videos, 'questions_per_video': qpv,
+        'class_weights': {t: CLASS_WEIGHTS[t]
+                          for t in qpv}, 'effect_method': EFFECT_METHOD, 'fingerprint': world_fingerprint(out),
+        'task_types': world_rules(evidence), 'evidence': evidence
+    }
+    if params is not None:
+        world |= {
+            'profile': 'realistic', 'effect_method': REALISTIC_EFFECT_METHOD, **realistic_layer(evidence, seed, params)
+        }
+    atomic_write_json(out / 'world.json', world, indent=1)
     return out
 
 # %% ../nbs/03_sim.ipynb #a8fef9d0
@@ -117,7 +143,8 @@ def _question_problems(q:Question, ev:dict|None, tree) -> list[str]:
     if got != answer: probs.append(f'source nodes support {got!r}, answer is {answer!r}')
     feats = observe_features(tree, q.task_type, ev['key'], opts, answer)
     if feats != ev['features']: probs.append(f'features in the tree {feats} differ from world.json {ev["features"]}')
-    if list(evidence_rules(q.task_type, feats)) != [ev['requires'], ev['hidden_by']]: probs.append('requires/hidden_by do not follow from the features')
+    if list(evidence_rules(q.task_type, feats)) != [ev['requires'], ev['hidden_by']]:
+        probs.append('requires/hidden_by do not follow from the features')
     if len(set(opts)) != len(opts): probs.append('duplicate options')
     return probs
 
@@ -132,17 +159,22 @@ def check_world(world_dir:str|Path, # a folder written by make_world
                ):
     "Recompute every answer and evidence record of a world from its files; a polars table of problems."
     import polars as pl
-    d = Path(world_dir); world = read_json(d/'world.json')
+    d = Path(world_dir)
+    world = read_json(d / 'world.json')
     qs, trees, rows = load_questions(d/'questions.jsonl'), {}, []
     for q in qs:
         if q.video_id not in trees: trees[q.video_id] = load_tree(d/'trees'/q.video_id)
         try: probs = _question_problems(q, world['evidence'].get(q.question_id), trees[q.video_id])
         except DataError as e: probs = [str(e)]
         rows += [{'question_id': q.question_id, 'problem': p} for p in probs]
-    if world_fingerprint(d) != world['fingerprint']: rows.append({'question_id': None, 'problem': 'fingerprint mismatch: files changed after make_world'})
-    if planted_truth(world) != {k: world.get(k) for k in planted_truth(world)}: rows.append({'question_id': None, 'problem': 'rule effects do not recompute'})
+    if world_fingerprint(d) != world['fingerprint']:
+        rows.append({'question_id': None, 'problem': 'fingerprint mismatch: files changed after make_world'})
+    if planted_truth(world) != {k: world.get(k) for k in planted_truth(world)}:
+        rows.append({'question_id': None, 'problem': 'rule effects do not recompute'})
     out = pl.DataFrame(rows, schema={'question_id': pl.String, 'problem': pl.String})
-    if strict and len(out): raise DataError(where(f'{len(out)} problems in the world, first: {out.row(0)}', 'Regenerate it with make_world', file=d))
+    if strict and len(out):
+        raise DataError(
+            where(f'{len(out)} problems in the world, first: {out.row(0)}', 'Regenerate it with make_world', file=d))
     return out
 
 # %% ../nbs/03_sim.ipynb #1bcc9eea
@@ -154,7 +186,9 @@ def ensure_demo_world(path:str|Path|None=None # where the demo world lives (defa
     d = Path(path) if path else asset_dir('demo')
     if not (d/'world.json').exists(): make_world(d, seed=DEMO_SEED, n_videos=DEMO_VIDEOS)
     if world_fingerprint(d) != read_json(d/'world.json')['fingerprint']:
-        raise DataError(where('demo world files do not match the fingerprint in world.json', f'Delete {d} and call ensure_demo_world() to regenerate it', file=d/'world.json'))
+        raise DataError(
+            where('demo world files do not match the fingerprint in world.json',
+                  f'Delete {d} and call ensure_demo_world() to regenerate it', file=d / 'world.json'))
     return d
 
 _WORLDS: dict = {}
@@ -234,7 +268,8 @@ def type_skill_text(files:dict, task_type:str) -> str:
 def question_probability(world:dict, question_id:str, skill_text:str, n_options:int=4) -> float:
     "The exact probability that one agent run answers the question right with this skill text."
     ev = world['evidence'][question_id]
-    if world.get('profile') != 'realistic': return 1.0 if reachable(ev, skill_behaviours(world, ev['task_type'], skill_text)) else 1 / n_options
+    if world.get('profile') != 'realistic':
+        return 1.0 if reachable(ev, skill_behaviours(world, ev['task_type'], skill_text)) else 1 / n_options
     rules = skill_rules(world, ev['task_type'], skill_text)
     return p_right(world['models'][question_id], rule_effects(rules, question_id, ev['class'], world['seed']))
 

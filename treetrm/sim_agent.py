@@ -40,9 +40,16 @@ def request_context(messages:list[dict], # the chat messages
                    ) -> dict:
     "The object in the last ```json fenced block of the last user message."
     blocks = _FENCE.findall(last_user_text(messages))
-    if not blocks: raise DataError(where('no ```json context block in the last user message', 'End the prompt with the JSON context the contract asks for', role=role))
-    try: ctx = json.loads(blocks[-1])
-    except json.JSONDecodeError as e: raise DataError(where(f'context block is not valid JSON: {e.msg}', 'Fix the JSON the prompt template renders', role=role, line=e.lineno)) from None
+    if not blocks:
+        raise DataError(
+            where('no ```json context block in the last user message',
+                  'End the prompt with the JSON context the contract asks for', role=role))
+    try:
+        ctx = json.loads(blocks[-1])
+    except json.JSONDecodeError as e:
+        raise DataError(
+            where(f'context block is not valid JSON: {e.msg}', 'Fix the JSON the prompt template renders', role=role,
+                  line=e.lineno)) from None
     if not isinstance(ctx, dict): raise DataError(where('context block is not a JSON object', role=role))
     return ctx
 
@@ -110,8 +117,11 @@ def parse_observe_frame(text:str) -> list[SeenNode]:
     "The keyframes an `observe_frame` output showed."
     nodes, cur = [], None
     for line in text.splitlines()[1:]:
-        if (m := _FRAME.fullmatch(line.strip())): cur = (m[1], (float(m[2]), float(m[3])), []); nodes.append(cur)
-        elif cur: cur[2].append(line)
+        if (m := _FRAME.fullmatch(line.strip())):
+            cur = (m[1], (float(m[2]), float(m[3])), [])
+            nodes.append(cur)
+        elif cur:
+            cur[2].append(line)
     return [SeenNode(i, 3, span, _field_lines(ls)) for i, span, ls in nodes]
 
 # %% ../nbs/03a_sim_agent.ipynb #bdadcd98
@@ -133,7 +143,10 @@ def parse_first_user(text:str) -> AgentQuestion:
         for label in ('Question', 'Video', 'Start from these scenes'):
             if line.startswith(label + ': '): found[label] = line[len(label) + 2:].strip()
         if 'Question' in found and 'Video' not in found and (m := _OPTION.fullmatch(line)): opts.append((m[1], m[2]))
-    if 'Question' not in found or 'Video' not in found: raise DataError(where('the first user message has no "Question:" or "Video:" line', 'Build it with treetrm.agent.build_messages', role='sim-agent'))
+    if 'Question' not in found or 'Video' not in found:
+        raise DataError(
+            where('the first user message has no "Question:" or "Video:" line',
+                  'Build it with treetrm.agent.build_messages', role='sim-agent'))
     roots = tuple(r.strip() for r in found.get('Start from these scenes', '').split(',') if r.strip())
     return AgentQuestion(found['Question'], tuple(t for _, t in opts), tuple(l for l, _ in opts), found['Video'], roots)
 
@@ -236,12 +249,14 @@ def _type_actions(c:Conversation, task_type:str, key:str, b:set) -> list[tuple]:
     scenes = _relevant_scenes(c, key, b)
     events = _key_events(c, scenes, key)
     if task_type == 'Counting Problem': return [_observe(e) for e in _frame_events(c, scenes, key, b)]
-    if task_type in ('OCR Problems', 'Attribute Perception'): return [_view(e.node_id) for e in events] + [_observe(e) for e in _frame_events(c, scenes, key, b)]
+    if task_type in ('OCR Problems', 'Attribute Perception'):
+        return [_view(e.node_id) for e in events] + [_observe(e) for e in _frame_events(c, scenes, key, b)]
     if not events: return []
     first, acts = events[0], [_view(events[0].node_id)]
     if task_type == 'Temporal Reasoning' and 'stop_at_first_l2' not in b and (nxt := _next_event(c, first)):
         if nxt.parent in scenes or b & {'compare_timestamps', 'scan_all_scenes'}: acts.append(_view(nxt.node_id))
-    if task_type == 'Object Recognition' and 'skip_l3_frames' not in b: acts += [_view(f.node_id) for f in c.children(first.node_id)]
+    if task_type == 'Object Recognition' and 'skip_l3_frames' not in b:
+        acts += [_view(f.node_id) for f in c.children(first.node_id)]
     return acts
 
 # %% ../nbs/03a_sim_agent.ipynb #7ba21bb7
@@ -265,7 +280,8 @@ def next_action(c:Conversation, # the conversation so far
                ) -> tuple|None:
     "The next (tool, args) of the agent's plan, or None when it is ready to answer."
     plan = _manual_read(c, task_type) + _scene_actions(c, task_type, behaviours)
-    if all(c.did(*a) for a in plan) and task_type != 'Information Synopsis' and 'trust_l1_summary' not in behaviours and key:
+    if all(c.did(*a)
+           for a in plan) and task_type != 'Information Synopsis' and 'trust_l1_summary' not in behaviours and key:
         plan += _type_actions(c, task_type, key, behaviours)
     return next((a for a in plan if not c.did(*a)), None)
 
@@ -276,7 +292,10 @@ def _count_answer(c, key, options, b, source_nodes) -> str|None:
     frames = [n for n in c.nodes.values() if n.opened and n.level == 3 and key in n.items('visible_entities')]
     if not set(source_nodes) <= {f.node_id for f in frames}: return None
     if 'count_events_not_frames' in b:
-        events = {f.parent for f in frames} | {n.node_id for n in c.nodes.values() if n.level == 2 and mentions(n.text('summary'), key)}
+        events = {f.parent
+                  for f in frames
+                  } | {n.node_id
+                       for n in c.nodes.values() if n.level == 2 and mentions(n.text('summary'), key)}
         if len(events) != len(frames): return None
     return _one([o for o in options if o == str(len(frames))])
 
@@ -285,7 +304,9 @@ def _text_answer(c, task_type, key, options) -> str|None:
     frames = [n for n in opened if n.level == 3 and key in n.items('visible_entities')]
     events = [n for n in opened if n.level == 2 and mentions(n.text('summary'), key)]
     if task_type == 'OCR Problems': found = lambda n, o: o in n.text('visible_text').split(' | ')
-    else: found = lambda n, o: f'{o} {key}' in n.items('visual_attributes') or mentions(n.text('event_description'), f'{o} {key}')
+    else:
+        found = lambda n, o: f'{o} {key}' in n.items('visual_attributes') or mentions(
+            n.text('event_description'), f'{o} {key}')
     for nodes in (frames, events):
         if (hit := _one([o for n in nodes for o in options if found(n, o)])): return hit
     return None
@@ -294,7 +315,8 @@ def _text_answer(c, task_type, key, options) -> str|None:
 def _temporal_answer(c, key, options) -> str|None:
     for x in (n for n in c.nodes.values() if n.opened and n.level == 2 and mentions(n.text('event_description'), key)):
         y = _next_event(c, x)
-        if y and y.opened: return _one([o for o in options if mentions(y.text('event_description'), o.replace('the ', 'a ', 1))])
+        if y and y.opened:
+            return _one([o for o in options if mentions(y.text('event_description'), o.replace('the ', 'a ', 1))])
     return None
 
 def _action_answer(c, key, options) -> str|None:
@@ -303,7 +325,10 @@ def _action_answer(c, key, options) -> str|None:
 
 def _object_answer(c, key, options) -> str|None:
     frames = [n for n in c.nodes.values() if n.opened and n.level == 3 and key in n.items('visible_entities')]
-    return _one([o for f in frames for o in options if o in f.items('visible_entities') and f'holds a {o}' in f.text('spatial_layout')])
+    return _one([
+        o for f in frames for o in options
+        if o in f.items('visible_entities') and f'holds a {o}' in f.text('spatial_layout')
+    ])
 
 def _synopsis_answer(c, options, b) -> str|None:
     if 'stop_at_first_l2' in b: return None
@@ -324,7 +349,10 @@ def seen_answer(c:Conversation, # the conversation so far
     if key is None: return None
     if task_type == 'Counting Problem': return _count_answer(c, key, options, behaviours, source_nodes)
     if task_type in ('OCR Problems', 'Attribute Perception'): return _text_answer(c, task_type, key, options)
-    fn = {'Temporal Reasoning': _temporal_answer, 'Action Recognition': _action_answer, 'Object Recognition': _object_answer}.get(task_type)
+    fn = {
+        'Temporal Reasoning': _temporal_answer, 'Action Recognition': _action_answer,
+        'Object Recognition': _object_answer
+    }.get(task_type)
     return fn(c, key, options) if fn else None
 
 # %% ../nbs/03a_sim_agent.ipynb #3f0bd6bf
@@ -336,13 +364,17 @@ def _option_views(c:Conversation, answer:str|None) -> dict:
 def _reflect(c:Conversation, answer:str|None, b:set) -> dict:
     opened = [n for n in c.nodes if c.opened(n)]
     best = c.question.letters[c.question.options.index(answer)] if answer else ''
-    r = {'learned': f'{len(opened)} nodes opened so far' + (f', among them {", ".join(opened[-3:])}' if opened else ''),
-         'options': _option_views(c, answer), 'best_candidate': best, 'confidence': 0.8 if answer else 0.3, 'answer_ready': answer is not None}
+    r = {
+        'learned': f'{len(opened)} nodes opened so far' + (f', among them {", ".join(opened[-3:])}' if opened else ''),
+        'options': _option_views(c, answer), 'best_candidate': best, 'confidence': 0.8 if answer else 0.3,
+        'answer_ready': answer is not None
+    }
     if 'restate_question' in b: r['restated'] = f'In other words: {c.question.question.lower()}'
     return r
 
 def _plan_text(action:tuple|None, b:set) -> str:
-    if action is None: return 'Submit the answer.' if 'plan_in_one_line' in b else 'Submit the answer with the nodes that support it; nothing else is worth a step.'
+    if action is None:
+        return 'Submit the answer.' if 'plan_in_one_line' in b else 'Submit the answer with the nodes that support it; nothing else is worth a step.'
     what = f'call {action[0]} on {next(iter(action[1].values()))}'
     return what if 'plan_in_one_line' in b else f'Next I {what}. Then I check what it shows against every option before deciding.'
 
@@ -363,20 +395,28 @@ def agent_reply(world:dict, # a parsed world.json
     "The simulated agent's next reply (the protocol's JSON) to an agent conversation."
     c = read_conversation(messages)
     q = questions.get((c.question.video_id, c.question.question))
-    if q is None: raise DataError(where('the question is not one of this world\'s questions', 'Run the sim agent on questions of the world it was started with', video=c.question.video_id, role='sim-agent'))
+    if q is None:
+        raise DataError(
+            where('the question is not one of this world\'s questions',
+                  'Run the sim agent on questions of the world it was started with', video=c.question.video_id,
+                  role='sim-agent'))
     b, key = skill_behaviours(world, q.task_type, c.skill_text), question_key(q.question)
     action = None if c.answer_now else next_action(c, q.task_type, key, b)
     answer = seen_answer(c, q.task_type, key, b, world['evidence'].get(q.question_id, {}).get('source_nodes', []))
     if action is None: action = ('submit_answer', _submit_args(c, answer, rng, b)[0])
-    return json.dumps({'reflect': _reflect(c, answer, b), 'plan': _plan_text(action if action[0] != 'submit_answer' else None, b),
-                       'action': {'tool': action[0], 'args': action[1]}}, ensure_ascii=False)
+    return json.dumps(
+        {
+            'reflect': _reflect(c, answer, b), 'plan': _plan_text(action if action[0] != 'submit_answer' else None, b),
+            'action': {'tool': action[0], 'args': action[1]}
+        }, ensure_ascii=False)
 
 # %% ../nbs/03a_sim_agent.ipynb #4aa04b01
 def realistic_draw(world:dict, q:Question, skill_text:str, seed:int) -> dict:
     "One run's draws for `q` under this skill text (`draw_answer`), with the letter the agent will submit."
     rules = skill_rules(world, q.task_type, skill_text)
     rng = random.Random(stable_seed(seed, q.question_id, 'realistic'))
-    d = draw_answer(world['models'][q.question_id], rule_effects(rules, q.question_id, world['evidence'][q.question_id]['class'], world['seed']), rng)
+    d = draw_answer(world['models'][q.question_id],
+                    rule_effects(rules, q.question_id, world['evidence'][q.question_id]['class'], world['seed']), rng)
     letters = 'ABCDEFGH'[:len(q.options)]
     return d | {'letter': q.answer if d['right'] else rng.choice([l for l in letters if l != q.answer])}
 
@@ -390,7 +430,8 @@ def realistic_plan(c:Conversation, tree, evidence:dict, draw:dict) -> list[tuple
             if node.level == 3: acts.append(_observe(node.parent_id))
             elif node.level == 2: acts.append(_view(nid))
     term = evidence.get('key') or c.question.question
-    acts += [('search', {'query': f'{term} {word}', 'k': 3}) for word in ('detail', 'again', 'elsewhere')[:draw['costly']]]
+    acts += [('search', {'query': f'{term} {word}', 'k': 3})
+             for word in ('detail', 'again', 'elsewhere')[:draw['costly']]]
     return list(dict.fromkeys((t, canonical_json(a)) for t, a in acts))
 
 def realistic_reply(world:dict, questions:dict, messages:list[dict], seed:int, world_dir=None,
@@ -399,17 +440,25 @@ def realistic_reply(world:dict, questions:dict, messages:list[dict], seed:int, w
     "The simulated agent's next reply in a realistic world."
     c = read_conversation(messages)
     q = questions.get((c.question.video_id, c.question.question))
-    if q is None: raise DataError(where('the question is not one of this world\'s questions', 'Run the sim agent on questions of the world it was started with', video=c.question.video_id, role='sim-agent'))
+    if q is None:
+        raise DataError(
+            where('the question is not one of this world\'s questions',
+                  'Run the sim agent on questions of the world it was started with', video=c.question.video_id,
+                  role='sim-agent'))
     draw = realistic_draw(world, q, c.skill_text, seed)
-    plan = [] if one_call or c.answer_now else realistic_plan(c, world_tree(world_dir, q.video_id), world['evidence'][q.question_id], draw)
+    plan = [] if one_call or c.answer_now else realistic_plan(c, world_tree(world_dir, q.video_id),
+                                                              world['evidence'][q.question_id], draw)
     todo = [(t, json.loads(a)) for t, a in plan if not c.did(t, json.loads(a))]
     opened = [n for n in c.nodes if c.opened(n)]
-    action = todo[0] if todo else ('submit_answer', {'answer': draw['letter'], 'evidence': ', '.join(opened[-4:]) or 'none',
-                                                     'reasoning': 'what the opened nodes show' if draw['reached'] else 'no node settles it; best guess'})
+    action = todo[0] if todo else ('submit_answer', {
+        'answer': draw['letter'], 'evidence': ', '.join(opened[-4:]) or 'none',
+        'reasoning': 'what the opened nodes show' if draw['reached'] else 'no node settles it; best guess'
+    })
     reflect = {'learned': f'{len(opened)} nodes opened so far', 'best_candidate': draw['letter'] if not todo else '',
                'confidence': 0.8 if draw['reached'] else 0.3, 'answer_ready': not todo}
     plan_text = f'call {action[0]} next' if todo else 'Submit the answer.'
-    return json.dumps({'reflect': reflect, 'plan': plan_text, 'action': {'tool': action[0], 'args': action[1]}}, ensure_ascii=False)
+    return json.dumps({'reflect': reflect, 'plan': plan_text, 'action': {'tool': action[0], 'args': action[1]}},
+                      ensure_ascii=False)
 
 # %% ../nbs/03a_sim_agent.ipynb #0b4cf92c
 @dataclass
@@ -421,10 +470,14 @@ class SimAgent:
     model: str = 'sim-agent'
     one_call: bool = False # realistic worlds: answer at the first turn (one call a question, for benchmark grids)
 
-    async def chat(self, messages, *, temperature=0.0, max_tokens=None, seed=None, response_format=None, images=None) -> LLMResponse:
+    async def chat(self, messages, *, temperature=0.0, max_tokens=None, seed=None, response_format=None,
+                   images=None) -> LLMResponse:
         "The next agent turn for the conversation in `messages`."
         world = load_world(self.world_dir)
         if world.get('profile') == 'realistic':
-            reply = realistic_reply(world, world_questions(self.world_dir), messages, stable_seed(self.seed, seed), self.world_dir, self.one_call)
-        else: reply = agent_reply(world, world_questions(self.world_dir), messages, request_rng(messages, self.model, stable_seed(self.seed, seed)))
+            reply = realistic_reply(world, world_questions(self.world_dir), messages, stable_seed(self.seed, seed),
+                                    self.world_dir, self.one_call)
+        else:
+            reply = agent_reply(world, world_questions(self.world_dir), messages,
+                                request_rng(messages, self.model, stable_seed(self.seed, seed)))
         return await sim_answer(self, messages, reply)

@@ -31,7 +31,8 @@ class SimEcho:
     model: str = 'sim-echo'
     latency_s: float = 0.0 # seconds to wait before answering
 
-    async def chat(self, messages, *, temperature=0.0, max_tokens=None, seed=None, response_format=None, images=None) -> LLMResponse:
+    async def chat(self, messages, *, temperature=0.0, max_tokens=None, seed=None, response_format=None,
+                   images=None) -> LLMResponse:
         "Echo the last user message, with estimated usage."
         return await sim_answer(self, messages, last_user_text(messages))
 
@@ -64,7 +65,10 @@ def _request_text(messages) -> str: return '\n'.join(message_text(m) for m in me
 
 def _evidence_of(world:dict, ctx:dict, role:str) -> dict:
     ev = world['evidence'].get(ctx.get('question_id'))
-    if ev is None: raise DataError(where(f'question {ctx.get("question_id")!r} is not in this world', 'Judge only questions of the sim world the server was started with', role=role))
+    if ev is None:
+        raise DataError(
+            where(f'question {ctx.get("question_id")!r} is not in this world',
+                  'Judge only questions of the sim world the server was started with', role=role))
     return ev
 
 # %% ../nbs/03b_sim_roles.ipynb #7acd2cc5
@@ -78,18 +82,24 @@ def true_diagnosis(world:dict, # a parsed world.json
     missed = [n for n in ev['source_nodes'] if n not in steps]
     unmet = [c for c in ev['requires'] if not b & set(c)]
     traps = [t for t in ev['hidden_by'] if t in b]
-    if unmet: tier, kind, adherence, cause = 'T2', 'missed_evidence', 'followed', f'the skill has no strategy that reaches the evidence; a rule for {" or ".join(unmet[0])} would'
-    elif traps: tier, kind, adherence, cause = 'T2', 'insufficient_evidence', 'followed', f'a rule in the skill ({traps[0]}) keeps the agent away from the evidence'
-    elif missed: tier, kind, adherence, cause = 'T1', 'skill_not_followed', 'partial', 'the skill reaches the evidence but the agent did not open it'
-    else: tier, kind, adherence, cause = 'T1', 'reasoning_error', 'followed', 'the agent saw the evidence and still chose a wrong option'
+    if unmet:
+        tier, kind, adherence, cause = 'T2', 'missed_evidence', 'followed', f'the skill has no strategy that reaches the evidence; a rule for {" or ".join(unmet[0])} would'
+    elif traps:
+        tier, kind, adherence, cause = 'T2', 'insufficient_evidence', 'followed', f'a rule in the skill ({traps[0]}) keeps the agent away from the evidence'
+    elif missed:
+        tier, kind, adherence, cause = 'T1', 'skill_not_followed', 'partial', 'the skill reaches the evidence but the agent did not open it'
+    else:
+        tier, kind, adherence, cause = 'T1', 'reasoning_error', 'followed', 'the agent saw the evidence and still chose a wrong option'
     return {'tier': tier, 'error_type': kind, 'cause': cause, 'missed_nodes': missed, 'skill_adherence': adherence,
             'evolution_target': ctx.get('skill_file') or f'{_slug(ev["task_type"])}.md', 'confidence': 0.9}
 
 def noisy_diagnosis(diagnosis:dict, rng:random.Random, noise:float) -> dict:
     "`diagnosis` with its tier flipped, and its error type replaced, each with probability `noise`."
     d = dict(diagnosis)
-    if rng.random() < noise: d['tier'], d['confidence'] = ('T1' if d['tier'] == 'T2' else 'T2'), round(rng.uniform(0.5, 0.75), 2)
-    else: d['confidence'] = round(rng.uniform(0.75, 0.95), 2)
+    if rng.random() < noise:
+        d['tier'], d['confidence'] = ('T1' if d['tier'] == 'T2' else 'T2'), round(rng.uniform(0.5, 0.75), 2)
+    else:
+        d['confidence'] = round(rng.uniform(0.75, 0.95), 2)
     if rng.random() < noise: d['error_type'] = rng.choice([e for e in ERROR_TYPES if e != d['error_type']])
     if d['tier'] == 'T1': d['evolution_target'] = None
     return d
@@ -104,7 +114,8 @@ class SimJudge:
     model: str = 'sim-judge'
     latency_s: float = 0.0 # seconds to wait before answering
 
-    async def chat(self, messages, *, temperature=0.0, max_tokens=None, seed=None, response_format=None, images=None) -> LLMResponse:
+    async def chat(self, messages, *, temperature=0.0, max_tokens=None, seed=None, response_format=None,
+                   images=None) -> LLMResponse:
         "The Diagnosis JSON for the diagnose request in the last user message."
         ctx, world = request_context(messages, self.model), load_world(self.world_dir)
         rng = request_rng(messages, self.model, stable_seed(self.seed, seed))
@@ -133,7 +144,10 @@ def propose_edit(world:dict, # a parsed world.json
     kind = rng.choices(kinds, [probs[k] for k in kinds])[0]
     rule = rng.choice(cands[kind])
     why = f'{len(ctx.get("failures") or [])} recent {ctx.get("task_type")} failures suggest the strategy needs this step'
-    return {'target': ctx.get('target'), 'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': f'- {rule["text"]}'}], 'rationale': why}
+    return {
+        'target': ctx.get('target'),
+        'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': f'- {rule["text"]}'}], 'rationale': why
+    }
 
 PAIR_ORDER = ('REGRESSED', 'STILL_FAILING', 'IMPROVED', 'STABLE')
 
@@ -144,8 +158,10 @@ def momentum_reply(ctx:dict # the momentum request context: counts = task type -
     total = lambda c: sum(int((n or {}).get(c, 0)) for n in counts.values())
     worst = lambda c: max(sorted(counts), key=lambda t: int(counts[t].get(c, 0)), default=None)
     lines = [f'- Last epoch: ' + ', '.join(f'{c.lower()} {total(c)}' for c in PAIR_ORDER) + '.']
-    if (t := worst('REGRESSED')) and counts[t].get('REGRESSED'): lines.append(f'- Most regressions in {t}: avoid rules that let the agent stop before the keyframes.')
-    if (t := worst('STILL_FAILING')) and counts[t].get('STILL_FAILING'): lines.append(f'- Most persistent failures in {t}: propose rules that reach the missing evidence.')
+    if (t := worst('REGRESSED')) and counts[t].get('REGRESSED'):
+        lines.append(f'- Most regressions in {t}: avoid rules that let the agent stop before the keyframes.')
+    if (t := worst('STILL_FAILING')) and counts[t].get('STILL_FAILING'):
+        lines.append(f'- Most persistent failures in {t}: propose rules that reach the missing evidence.')
     return {'guidance': '\n'.join(lines)}
 
 NEUTRAL_PROMPT_SENTENCE = 'Keep each plan to one short sentence.'
@@ -158,11 +174,15 @@ def propose_prompt_edit(world:dict, # a parsed world.json
     "One Edit JSON appending a rule of a random task type (or a neutral sentence) to the system prompt's last section."
     sections = ctx.get('sections') or []
     t = rng.choice(sorted(world['task_types']))
-    cands = rule_candidates(world, {'task_type': t, 'skill_text': ctx.get('prompt_text'), 'blacklist': ctx.get('blacklist')})
+    cands = rule_candidates(world,
+                            {'task_type': t, 'skill_text': ctx.get('prompt_text'), 'blacklist': ctx.get('blacklist')})
     kinds = [k for k in cands if cands[k] and probs.get(k, 0) > 0]
-    text = rng.choice(cands[kind := rng.choices(kinds, [probs[k] for k in kinds])[0]])['text'] if kinds else NEUTRAL_PROMPT_SENTENCE
+    text = rng.choice(
+        cands[kind := rng.choices(kinds, [probs[k] for k in kinds])[0]])['text'] if kinds else NEUTRAL_PROMPT_SENTENCE
     if text in (ctx.get('prompt_text') or ''): return {'target': ctx.get('target'), 'ops': [], 'rationale': 'no change'}
-    op = {'op': 'append_to_section', 'section': sections[-1], 'text': f'- {text}'} if sections else {'op': 'search_replace', 'search': ctx['prompt_text'][-40:], 'replace': ctx['prompt_text'][-40:] + f'\n- {text}'}
+    op = {'op': 'append_to_section', 'section': sections[-1], 'text': f'- {text}'} if sections else {
+        'op': 'search_replace', 'search': ctx['prompt_text'][-40:], 'replace': ctx['prompt_text'][-40:] + f'\n- {text}'
+    }
     return {'target': ctx.get('target'), 'ops': [op], 'rationale': f'a general step for {t} questions'}
 
 @dataclass
@@ -173,11 +193,12 @@ class SimEvolver:
     p_helpful: float = 0.5 # probability of a helpful rule
     p_neutral: float = 0.3 # probability of a neutral rule
     p_trap: float = 0.2 # probability of a trap rule
-    informativeness: float|None = None # realistic worlds: lean towards rules relevant to the failures (None: the world's setting)
+    informativeness: float | None = None  # realistic worlds: lean towards rules relevant to the failures (None: the world's setting)
     model: str = 'sim-evolver'
     latency_s: float = 0.0 # seconds to wait before answering
 
-    async def chat(self, messages, *, temperature=0.0, max_tokens=None, seed=None, response_format=None, images=None) -> LLMResponse:
+    async def chat(self, messages, *, temperature=0.0, max_tokens=None, seed=None, response_format=None,
+                   images=None) -> LLMResponse:
         "The reply to the request in the last user message: an Edit JSON (evolve, prompt_edit) or guidance JSON (momentum)."
         ctx, world = request_context(messages, self.model), load_world(self.world_dir)
         rng = request_rng(messages, self.model, stable_seed(self.seed, seed))
@@ -188,7 +209,8 @@ class SimEvolver:
         elif world.get('profile') == 'realistic':
             beta = world['realism']['informativeness'] if self.informativeness is None else self.informativeness
             out = propose_realistic_edit(world, ctx, rng, beta)
-        else: out = propose_edit(world, ctx, rng, probs)
+        else:
+            out = propose_edit(world, ctx, rng, probs)
         reply = canonical_json(out)
         return await sim_answer(self, messages, reply)
 
@@ -218,7 +240,10 @@ def propose_realistic_edit(world:dict, # a parsed realistic world.json
     top = max(rel) or 1.0
     rule = rng.choices(cands, [math.exp(informativeness * x / top) for x in rel])[0]
     why = f'{len(fails)} recent {ctx.get("task_type")} failures suggest the strategy needs this step'
-    return {'target': ctx.get('target'), 'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': f'- {rule["text"]}'}], 'rationale': why}
+    return {
+        'target': ctx.get('target'),
+        'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': f'- {rule["text"]}'}], 'rationale': why
+    }
 
 # %% ../nbs/03b_sim_roles.ipynb #f15904a5
 def judge_truth(signals:pl.DataFrame, # diagnosis_signals rows

@@ -36,7 +36,8 @@ class Faults:
     def __post_init__(self):
         rates = [getattr(self, f'rate_{k}') for k in FAULT_KINDS]
         if any(not 0 <= r <= 1 for r in rates) or sum(rates) > 1 + 1e-9:
-            raise ConfigError(where(f'fault rates must lie in [0, 1] and sum to at most 1, got {rates}', field='Faults'))
+            raise ConfigError(where(f'fault rates must lie in [0, 1] and sum to at most 1, got {rates}',
+                                    field='Faults'))
 
     def draw(self, request_number:int # 0-based number of the request on this server
             ) -> str|None:
@@ -52,9 +53,12 @@ def completion_body(response:LLMResponse, # what the role answered
                     request_id:str # an id for the completion
                    ) -> dict:
     "An OpenAI chat-completion response body for `response`."
-    return {'id': f'chatcmpl-{request_id}', 'object': 'chat.completion', 'created': int(time.time()), 'model': response.model,
-            'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': response.content}, 'finish_reason': 'stop'}],
-            'usage': response.usage, 'system_fingerprint': 'treetrm-sim'}
+    return {
+        'id': f'chatcmpl-{request_id}', 'object': 'chat.completion', 'created': int(time.time()),
+        'model': response.model, 'choices': [{
+            'index': 0, 'message': {'role': 'assistant', 'content': response.content}, 'finish_reason': 'stop'
+        }], 'usage': response.usage, 'system_fingerprint': 'treetrm-sim'
+    }
 
 def error_body(message:str, kind:str, code:int|str) -> dict:
     "An OpenAI-style error body."
@@ -62,7 +66,10 @@ def error_body(message:str, kind:str, code:int|str) -> dict:
 
 def models_body(names) -> dict:
     "The `/v1/models` listing for model `names`."
-    return {'object': 'list', 'data': [{'id': n, 'object': 'model', 'created': 0, 'owned_by': 'treetrm-sim'} for n in sorted(names)]}
+    return {
+        'object': 'list',
+        'data': [{'id': n, 'object': 'model', 'created': 0, 'owned_by': 'treetrm-sim'} for n in sorted(names)]
+    }
 
 # %% ../nbs/03c_sim_server.ipynb #43ad4b18
 class _Handler(BaseHTTPRequestHandler):
@@ -76,7 +83,10 @@ class _Handler(BaseHTTPRequestHandler):
     def send_json(self, status:int, body, headers:dict|None=None):
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
-        for k, v in {'Content-Type': 'application/json', 'Content-Length': str(len(data)), 'Connection': 'close', **(headers or {})}.items():
+        for k, v in {
+                'Content-Type': 'application/json', 'Content-Length': str(len(data)), 'Connection': 'close',
+                **(headers or {})
+        }.items():
             self.send_header(k, v)
         self.end_headers()
         try: self.wfile.write(data)
@@ -104,11 +114,14 @@ class SimServer:
         self.loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self.loop.run_forever, name='sim-loop', daemon=True)
         handler = type('SimHandler', (_Handler,), {'sim': self})
-        server_cls = type('SimHTTPServer', (ThreadingHTTPServer,), {'request_queue_size': 256})  # the default backlog of 5 drops connects under load
+        server_cls = type('SimHTTPServer', (ThreadingHTTPServer, ),
+                          {'request_queue_size': 256})  # the default backlog of 5 drops connects under load
         self.httpd = server_cls((host, port), handler)
         self.httpd.daemon_threads, self.httpd.block_on_close = False, True  # close() joins every handler thread
-        self._http_thread = threading.Thread(target=self.httpd.serve_forever, kwargs={'poll_interval': 0.05}, name='sim-http', daemon=True)
-        self._loop_thread.start(); self._http_thread.start()
+        self._http_thread = threading.Thread(target=self.httpd.serve_forever, kwargs={'poll_interval': 0.05},
+                                             name='sim-http', daemon=True)
+        self._loop_thread.start()
+        self._http_thread.start()
 
     @property
     def port(self) -> int: return self.httpd.server_address[1]
@@ -121,7 +134,9 @@ class SimServer:
 
     def count(self, key:str) -> int:
         "Add one to counter `key` and return its old value."
-        with self._lock: self._stats[key] += 1; return self._stats[key] - 1
+        with self._lock:
+            self._stats[key] += 1
+            return self._stats[key] - 1
 
     def role(self, model:str) -> LLMProvider:
         "The provider for `model`, built once per server."
@@ -140,12 +155,18 @@ def answer(self:SimServer, raw:bytes) -> tuple:
     number = self.count('requests')
     fault = self.faults.draw(number)
     if fault: self.count(fault)
-    if fault == '429': return 429, error_body('simulated rate limit', 'rate_limit_exceeded', 429), {'Retry-After': f'{self.faults.retry_after_s:g}'}
+    if fault == '429':
+        return 429, error_body('simulated rate limit', 'rate_limit_exceeded',
+                               429), {'Retry-After': f'{self.faults.retry_after_s:g}'}
     if fault == '500': return 500, error_body('simulated server error', 'server_error', 500), None
     if fault == 'hang': self._closing.wait(self.faults.hang_s)
-    try: req = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError): self.count('bad_request'); return 400, error_body('request body is not JSON', 'invalid_request_error', 400), None
-    if fault == 'malformed': return 200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "message": {"role": "assis', None
+    try:
+        req = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        self.count('bad_request')
+        return 400, error_body('request body is not JSON', 'invalid_request_error', 400), None
+    if fault == 'malformed':
+        return 200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "message": {"role": "assis', None
     return self.run_role(req, empty=fault == 'empty')
 
 @patch
@@ -153,15 +174,28 @@ def run_role(self:SimServer, req:dict, empty:bool=False) -> tuple:
     "Run the role named by `req['model']` on the server's event loop."
     model, messages = req.get('model', ''), req.get('messages')
     if not isinstance(messages, list) or not messages:
-        self.count('bad_request'); return 400, error_body('messages must be a non-empty list', 'invalid_request_error', 400), None
-    try: provider = self.role(model)
-    except ConfigError as e: self.count('bad_request'); return 404, error_body(str(e), 'model_not_found', 404), None
+        self.count('bad_request')
+        return 400, error_body('messages must be a non-empty list', 'invalid_request_error', 400), None
+    try:
+        provider = self.role(model)
+    except ConfigError as e:
+        self.count('bad_request')
+        return 404, error_body(str(e), 'model_not_found', 404), None
     if self.latency_s: self._closing.wait(self.latency_s)
-    kw = dict(temperature=req.get('temperature', 0.0), max_tokens=req.get('max_tokens'), seed=req.get('seed'), response_format=req.get('response_format'))
-    try: response = asyncio.run_coroutine_threadsafe(provider.chat(messages, **kw), self.loop).result()
-    except DataError as e: self.count('bad_request'); return 400, error_body(str(e), 'invalid_request_error', 400), None
-    if empty: response = LLMResponse('', usage={**response.usage, 'completion_tokens': 0, 'total_tokens': response.usage.get('prompt_tokens', 0)}, model=response.model)
-    else: self.count('ok')
+    kw = dict(temperature=req.get('temperature', 0.0), max_tokens=req.get('max_tokens'), seed=req.get('seed'),
+              response_format=req.get('response_format'))
+    try:
+        response = asyncio.run_coroutine_threadsafe(provider.chat(messages, **kw), self.loop).result()
+    except DataError as e:
+        self.count('bad_request')
+        return 400, error_body(str(e), 'invalid_request_error', 400), None
+    if empty:
+        response = LLMResponse(
+            '',
+            usage={**response.usage, 'completion_tokens': 0,
+                   'total_tokens': response.usage.get('prompt_tokens', 0)}, model=response.model)
+    else:
+        self.count('ok')
     return 200, completion_body(response, sha256_json([messages, model, req.get('seed')])[:24]), None
 
 @patch
@@ -169,9 +203,12 @@ def close(self:SimServer) -> None:
     "Stop serving, end hangs in progress, join every thread the server started; a second call does nothing."
     if self._closing.is_set(): return
     self._closing.set()
-    self.httpd.shutdown(); self.httpd.server_close()
+    self.httpd.shutdown()
+    self.httpd.server_close()
     self._http_thread.join()
-    self.loop.call_soon_threadsafe(self.loop.stop); self._loop_thread.join(); self.loop.close()
+    self.loop.call_soon_threadsafe(self.loop.stop)
+    self._loop_thread.join()
+    self.loop.close()
 
 # %% ../nbs/03c_sim_server.ipynb #3d75f69b
 def serve(host:str='127.0.0.1', # interface to listen on
@@ -190,20 +227,30 @@ def cli_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='python -m treetrm.sim_server', description='treetrm simulated backend')
     sub = p.add_subparsers(dest='command', required=True)
     s = sub.add_parser('serve', help='run the OpenAI-compatible sim server')
-    s.add_argument('--host', default='127.0.0.1'); s.add_argument('--port', type=int, default=8000)
+    s.add_argument('--host', default='127.0.0.1')
+    s.add_argument('--port', type=int, default=8000)
     s.add_argument('--world', default=None, help='world folder (default: the demo world)')
-    s.add_argument('--seed', type=int, default=0); s.add_argument('--latency', type=float, default=0.0)
+    s.add_argument('--seed', type=int, default=0)
+    s.add_argument('--latency', type=float, default=0.0)
     s.add_argument('--fault-rate', type=float, default=0.0, help='total fault rate, split evenly over the kinds')
     for k in FAULT_KINDS: s.add_argument(f'--rate-{k}', type=float, default=None)
-    s.add_argument('--retry-after', type=float, default=0.05); s.add_argument('--hang', type=float, default=5.0)
+    s.add_argument('--retry-after', type=float, default=0.05)
+    s.add_argument('--hang', type=float, default=5.0)
     w = sub.add_parser('world', help='write a planted-truth world')
-    w.add_argument('out_dir'); w.add_argument('--seed', type=int, default=0); w.add_argument('--videos', type=int, default=None)
-    w.add_argument('--types', default=None, help='comma-separated task types, one question each per video (default: every type, QUESTIONS_PER_VIDEO)')
+    w.add_argument('out_dir')
+    w.add_argument('--seed', type=int, default=0)
+    w.add_argument('--videos', type=int, default=None)
+    w.add_argument(
+        '--types', default=None,
+        help='comma-separated task types, one question each per video (default: every type, QUESTIONS_PER_VIDEO)')
     return p
 
 def faults_from_args(a) -> Faults:
     "The `Faults` that parsed CLI arguments ask for."
-    rates = {f'rate_{k}': a.fault_rate / len(FAULT_KINDS) if getattr(a, f'rate_{k}') is None else getattr(a, f'rate_{k}') for k in FAULT_KINDS}
+    rates = {
+        f'rate_{k}': a.fault_rate / len(FAULT_KINDS) if getattr(a, f'rate_{k}') is None else getattr(a, f'rate_{k}')
+        for k in FAULT_KINDS
+    }
     return Faults(**rates, retry_after_s=a.retry_after, hang_s=a.hang, seed=a.seed)
 
 # %% ../nbs/03c_sim_server.ipynb #1d39693b
@@ -212,10 +259,12 @@ def main(argv:list[str]|None=None) -> None:
     a = cli_parser().parse_args(argv)
     if a.command == 'world':
         qpv = {t.strip(): 1 for t in a.types.split(',')} if a.types else None
-        out = make_world(a.out_dir, seed=a.seed, questions_per_video=qpv, **({'n_videos': a.videos} if a.videos else {}))
+        out = make_world(a.out_dir, seed=a.seed, questions_per_video=qpv,
+                         **({'n_videos': a.videos} if a.videos else {}))
         return print(f'wrote {out}')
     srv = serve(a.host, a.port, faults_from_args(a), a.world, a.seed, a.latency)
-    print(f'treetrm sim server at {srv.base_url} (models: {", ".join(sorted(ROLE_FACTORIES))}); Ctrl-C stops it', flush=True)
+    print(f'treetrm sim server at {srv.base_url} (models: {", ".join(sorted(ROLE_FACTORIES))}); Ctrl-C stops it',
+          flush=True)
     try:
         while True: time.sleep(3600)
     except KeyboardInterrupt: pass

@@ -15,23 +15,23 @@ __all__ = ['OBJECTS', 'COLOURS', 'CARRIERS', 'TEXTS', 'PERSONS', 'ACTIONS', 'SET
            'make_video', 'observe_features', 'derive_answer']
 
 # %% ../nbs/02c_sim_video.ipynb #d616ebad
-OBJECTS = ('kayak', 'lantern', 'bicycle', 'umbrella', 'suitcase', 'guitar', 'kettle', 'ladder', 'wheelbarrow', 'telescope',
-           'drone', 'backpack', 'camera', 'scooter', 'trumpet', 'basket', 'teapot', 'globe', 'microscope', 'skateboard',
-           'violin', 'typewriter', 'helmet', 'surfboard', 'tractor', 'sailboat', 'piano', 'lamp', 'clock', 'mirror',
-           'bench', 'barrel', 'kite', 'canoe', 'anchor', 'compass', 'easel', 'wagon', 'tent', 'bucket')
+OBJECTS = ('kayak', 'lantern', 'bicycle', 'umbrella', 'suitcase', 'guitar', 'kettle', 'ladder', 'wheelbarrow',
+           'telescope', 'drone', 'backpack', 'camera', 'scooter', 'trumpet', 'basket', 'teapot', 'globe', 'microscope',
+           'skateboard', 'violin', 'typewriter', 'helmet', 'surfboard', 'tractor', 'sailboat', 'piano', 'lamp', 'clock',
+           'mirror', 'bench', 'barrel', 'kite', 'canoe', 'anchor', 'compass', 'easel', 'wagon', 'tent', 'bucket')
 COLOURS = ('red', 'blue', 'green', 'yellow', 'orange', 'purple', 'white', 'black', 'grey', 'brown')
 CARRIERS = ('sign', 'banner', 'poster', 'screen', 'placard', 'chalkboard', 'label', 'menu board', 'flag', 'billboard')
-TEXTS = ('HARBOUR CAFE', 'EXIT 4', 'OPEN 24 HOURS', 'GATE B12', 'FRESH BREAD', 'PLATFORM 9', 'NO PARKING', 'CITY MUSEUM',
-         'SALE 50%', 'ROUTE 66', 'WELCOME HOME', 'LOW TIDE 3PM', 'STUDIO 7', 'MILL ROAD', 'TICKETS HERE', 'QUIET ZONE',
-         'FINISH LINE', 'LAB 204', 'KEEP LEFT', 'NORTH PIER', 'ROOM 118', 'BAKERY', 'FERRY 10:15', 'LOT C', 'CHECKPOINT 3',
-         'RIVER TRAIL', 'SCORE 2-1', 'LIVE', 'CAUTION WET FLOOR', 'SUMMER FAIR', 'BOOKS & TEA', 'HALL A', 'TRACK 5',
-         'MARKET DAY', 'STATION SQUARE', 'PIER 39', 'LANE 7', 'ZONE B', 'OLD TOWN', 'FLOOR 3')
+TEXTS = ('HARBOUR CAFE', 'EXIT 4', 'OPEN 24 HOURS', 'GATE B12', 'FRESH BREAD', 'PLATFORM 9', 'NO PARKING',
+         'CITY MUSEUM', 'SALE 50%', 'ROUTE 66', 'WELCOME HOME', 'LOW TIDE 3PM', 'STUDIO 7', 'MILL ROAD', 'TICKETS HERE',
+         'QUIET ZONE', 'FINISH LINE', 'LAB 204', 'KEEP LEFT', 'NORTH PIER', 'ROOM 118', 'BAKERY', 'FERRY 10:15',
+         'LOT C', 'CHECKPOINT 3', 'RIVER TRAIL', 'SCORE 2-1', 'LIVE', 'CAUTION WET FLOOR', 'SUMMER FAIR', 'BOOKS & TEA',
+         'HALL A', 'TRACK 5', 'MARKET DAY', 'STATION SQUARE', 'PIER 39', 'LANE 7', 'ZONE B', 'OLD TOWN', 'FLOOR 3')
 PERSONS = ('fisherman', 'chef', 'cyclist', 'teacher', 'gardener', 'climber', 'painter', 'drummer', 'nurse', 'carpenter',
            'dancer', 'referee', 'pilot', 'baker', 'sailor', 'librarian', 'mechanic', 'farmer', 'potter', 'juggler')
-ACTIONS = ('waves to the crowd', 'ties a rope', 'pours water', 'writes in a notebook', 'kneads dough', 'sweeps the floor',
-           'climbs a wall', 'plants seedlings', 'checks a map', 'stirs a pot', 'folds a blanket', 'measures a plank',
-           'sharpens a knife', 'throws a ball', 'rings a bell', 'opens a crate', 'feeds the birds', 'paints a fence',
-           'tunes an instrument', 'loads a cart')
+ACTIONS = ('waves to the crowd', 'ties a rope', 'pours water', 'writes in a notebook', 'kneads dough',
+           'sweeps the floor', 'climbs a wall', 'plants seedlings', 'checks a map', 'stirs a pot', 'folds a blanket',
+           'measures a plank', 'sharpens a knife', 'throws a ball', 'rings a bell', 'opens a crate', 'feeds the birds',
+           'paints a fence', 'tunes an instrument', 'loads a cart')
 SETTINGS = ('a busy harbour', 'a small kitchen', 'a city square', 'a forest trail', 'a school hall', 'a workshop',
             'a riverside market', 'a train station', 'a rooftop garden', 'a beach', 'a reading room', 'a farmyard',
             'a sports ground', 'a recording studio', 'a mountain hut')
@@ -62,7 +62,8 @@ _HELPFUL_TEXT = {
     'scan_all_scenes': 'Look through every scene of the video, not only the scenes whose summary mentions {key}.',
     'open_all_l3': 'Open the keyframes of every event in a relevant scene, even when the event description does not mention {key}.',
     'compare_timestamps': 'When the event ends its scene, compare time ranges and check the first event of the next scene.',
-    'read_subtitles': 'Read the subtitles of each scene as well as its summary, since {key} is often named only in speech.'}
+    'read_subtitles': 'Read the subtitles of each scene as well as its summary, since {key} is often named only in speech.'
+}
 _TRAP_TEXT = {
     'stop_at_first_l2': 'Stop exploring at the first event that mentions {key} and answer from it.',
     'count_events_not_frames': 'Count the events that mention {key}; each event counts once.',
@@ -74,13 +75,17 @@ _NEUTRAL_TEXT = {
     'plan_in_one_line': 'Keep each plan to a single short line.'}
 
 TYPE_RULES = {  # task type -> (key noun for rule texts, helpful behaviours, trap behaviours)
-    'Counting Problem': ('the object', ('open_all_l3', 'scan_all_scenes'), ('stop_at_first_l2', 'count_events_not_frames')),
-    'OCR Problems': ('the sign or text carrier', ('open_all_l3', 'scan_all_scenes'), ('skip_l3_frames', 'trust_l1_summary')),
+    'Counting Problem': ('the object', ('open_all_l3', 'scan_all_scenes'), ('stop_at_first_l2',
+                                                                            'count_events_not_frames')),
+    'OCR Problems': ('the sign or text carrier', ('open_all_l3', 'scan_all_scenes'), ('skip_l3_frames',
+                                                                                      'trust_l1_summary')),
     'Attribute Perception': ('the object', ('open_all_l3', 'scan_all_scenes'), ('skip_l3_frames', 'trust_l1_summary')),
-    'Temporal Reasoning': ('the person', ('compare_timestamps', 'scan_all_scenes'), ('stop_at_first_l2', 'trust_l1_summary')),
-    'Action Recognition': ('the person', ('scan_all_scenes', 'read_subtitles'), ('trust_l1_summary',)),
+    'Temporal Reasoning': ('the person', ('compare_timestamps', 'scan_all_scenes'), ('stop_at_first_l2',
+                                                                                     'trust_l1_summary')),
+    'Action Recognition': ('the person', ('scan_all_scenes', 'read_subtitles'), ('trust_l1_summary', )),
     'Object Recognition': ('the person', ('scan_all_scenes', 'read_subtitles'), ('skip_l3_frames', 'trust_l1_summary')),
-    'Information Synopsis': ('the theme', ('scan_all_scenes', 'read_subtitles'), ('stop_at_first_l2',))}
+    'Information Synopsis': ('the theme', ('scan_all_scenes', 'read_subtitles'), ('stop_at_first_l2', ))
+}
 
 def _slug(task_type:str) -> str: return re.sub(r'[^a-z0-9]+', '-', task_type.lower()).strip('-')
 
@@ -89,7 +94,8 @@ def type_rule_specs(task_type:str) -> list[dict]:
     key, helpful, traps = TYPE_RULES[task_type]
     spec = [('helpful', b, _HELPFUL_TEXT[b]) for b in helpful] + [('trap', b, _TRAP_TEXT[b]) for b in traps]
     spec += [('neutral', b, t) for b, t in _NEUTRAL_TEXT.items()]
-    return [{'id': f'{_slug(task_type)}/{b}', 'kind': kind, 'behaviour': b, 'text': t.format(key=key)} for kind, b, t in spec]
+    return [{'id': f'{_slug(task_type)}/{b}', 'kind': kind, 'behaviour': b, 'text': t.format(key=key)}
+            for kind, b, t in spec]
 
 # %% ../nbs/02c_sim_video.ipynb #17f29686
 def reachable(evidence:dict, # a question's evidence metadata from world.json
@@ -107,8 +113,10 @@ def evidence_rules(task_type:str, f:dict) -> tuple[list, list]:
         if not f['wins_first_two_summaries']:
             req.append(['scan_all_scenes'] if f['wins_all_summaries'] else ['read_subtitles'])
         return req, ['stop_at_first_l2']
-    if not all(f['scene_mentions']): req.append(['scan_all_scenes', 'read_subtitles'] if f.get('scene_subtitle_mentions') else ['scan_all_scenes'])
-    if task_type in ('Counting Problem', 'OCR Problems', 'Attribute Perception') and not all(f['event_mentions']): req.append(['open_all_l3'])
+    if not all(f['scene_mentions']):
+        req.append(['scan_all_scenes', 'read_subtitles'] if f.get('scene_subtitle_mentions') else ['scan_all_scenes'])
+    if task_type in ('Counting Problem', 'OCR Problems', 'Attribute Perception') and not all(f['event_mentions']):
+        req.append(['open_all_l3'])
     if f.get('last_in_scene'): req.append(['compare_timestamps', 'scan_all_scenes'])
     if task_type == 'Counting Problem':
         hid += ['stop_at_first_l2'] * (f['n_events'] > 1) + ['count_events_not_frames'] * (f['n_events'] != f['count'])
@@ -146,7 +154,8 @@ def _span_split(rng, start:float, end:float, n:int) -> list[tuple[float, float]]
     edges = [start, *cuts, end]
     return list(zip(edges[:-1], edges[1:]))
 
-def _new_node(nid:str, span) -> dict: return {'id': nid, 'span': span, 'bits': [], 'entities': [], 'texts': [], 'attrs': [], 'layout': [], 'subtitle': []}
+def _new_node(nid: str, span) -> dict:
+    return {'id': nid, 'span': span, 'bits': [], 'entities': [], 'texts': [], 'attrs': [], 'layout': [], 'subtitle': []}
 
 def video_skeleton(rng:random.Random, # the video's own random stream
                    video_id:str, # id of the video, prefix of its node ids
@@ -156,23 +165,38 @@ def video_skeleton(rng:random.Random, # the video's own random stream
                   ) -> dict:
     "An unrendered video: scenes, events, frames, fillers and the pools its questions draw from."
     n_events = n_scenes * events_per_scene
-    objects, persons, actions = rng.sample(OBJECTS, len(OBJECTS)), rng.sample(PERSONS, n_events), rng.sample(ACTIONS, n_events)
+    objects, persons, actions = rng.sample(OBJECTS, len(OBJECTS)), rng.sample(PERSONS,
+                                                                              n_events), rng.sample(ACTIONS, n_events)
     texts, carriers = rng.sample(TEXTS, len(TEXTS)), rng.sample(CARRIERS, len(CARRIERS))
     domain, theme = rng.choice(THEMES)
-    v = {'id': video_id, 'domain': domain, 'theme': theme, 'scenes': [], 'fillers': dict(zip(objects[:8], rng.sample(COLOURS, 8))),
-         'free_objects': objects[8:], 'free_texts': texts[n_scenes:], 'free_carriers': carriers, 'keyed': set(), 'used_events': set()}
+    v = {
+        'id': video_id, 'domain': domain, 'theme': theme, 'scenes': [],
+        'fillers': dict(zip(objects[:8], rng.sample(COLOURS, 8))), 'free_objects': objects[8:],
+        'free_texts': texts[n_scenes:], 'free_carriers': carriers, 'keyed': set(), 'used_events': set()
+    }
     scene_spans, t = [], 0.0
-    for _ in range(n_scenes): d = rng.randint(100, 200); scene_spans.append((t, t + d)); t += d
+    for _ in range(n_scenes):
+        d = rng.randint(100, 200)
+        scene_spans.append((t, t + d))
+        t += d
     ei, fi, filler_names = 0, 0, list(v['fillers'])
     for si, span in enumerate(scene_spans):
-        scene = {**_new_node(f'{video_id}_L1_{si:03d}', span), 'setting': rng.choice(SETTINGS), 'caption': texts[si], 'events': []}
+        scene = {
+            **_new_node(f'{video_id}_L1_{si:03d}', span), 'setting': rng.choice(SETTINGS), 'caption': texts[si],
+            'events': []
+        }
         for espan in _span_split(rng, *span, events_per_scene):
-            ev = {**_new_node(f'{video_id}_L2_{ei:03d}', espan), 'person': persons[ei], 'action': actions[ei], 'frames': [], 'scene': scene}
+            ev = {
+                **_new_node(f'{video_id}_L2_{ei:03d}', espan), 'person': persons[ei], 'action': actions[ei],
+                'frames': [], 'scene': scene
+            }
             for fspan in _span_split(rng, *espan, frames_per_event):
                 fr = _new_node(f'{video_id}_L3_{fi:03d}', fspan)
-                fr['fillers'] = sorted({filler_names[fi % 8], filler_names[(fi * 3 + 1) % 8]}); fi += 1
+                fr['fillers'] = sorted({filler_names[fi % 8], filler_names[(fi * 3 + 1) % 8]})
+                fi += 1
                 ev['frames'].append(fr)
-            scene['events'].append(ev); ei += 1
+            scene['events'].append(ev)
+            ei += 1
         v['scenes'].append(scene)
     return v
 
@@ -181,21 +205,28 @@ def all_frames(v:dict) -> list[dict]: return [f for e in all_events(v) for f in 
 
 # %% ../nbs/02c_sim_video.ipynb #35c2e03b
 def _mention_scene(scene, term, how='A {t} shows up in this scene.'):
-    scene['bits'].append(how.format(t=term)); scene['entities'].append(term)
+    scene['bits'].append(how.format(t=term))
+    scene['entities'].append(term)
 
 def _mention_event(ev, term, how='A {t} is nearby.'):
-    ev['bits'].append(how.format(t=term)); ev['entities'].append(term)
+    ev['bits'].append(how.format(t=term))
+    ev['entities'].append(term)
 
 def _show_in_frame(fr, term):
-    fr['bits'].append(f'A {term} is in view.'); fr['entities'].append(term)
+    fr['bits'].append(f'A {term} is in view.')
+    fr['entities'].append(term)
 
 def _question(question, answer, distractors, source_nodes, key, cls, **extra) -> dict:
-    return {'question': question, 'answer': answer, 'distractors': list(distractors), 'source_nodes': source_nodes, 'key': key, 'class': cls, **extra}
+    return {
+        'question': question, 'answer': answer, 'distractors': list(distractors), 'source_nodes': source_nodes,
+        'key': key, 'class': cls, **extra
+    }
 
 def _split_count(rng, total:int, parts:int, cap:int=3) -> list[int]:
     "`total` split into `parts` positive parts of at most `cap`."
     while True:
-        cuts = sorted(rng.sample(range(1, total), parts - 1)); sizes = [b - a for a, b in zip([0, *cuts], [*cuts, total])]
+        cuts = sorted(rng.sample(range(1, total), parts - 1))
+        sizes = [b - a for a, b in zip([0, *cuts], [*cuts, total])]
         if max(sizes) <= cap: return sizes
 
 # %% ../nbs/02c_sim_video.ipynb #790e39eb
@@ -204,11 +235,14 @@ def plant_counting(v:dict, rng:random.Random, cls:str) -> dict:
     obj = v['free_objects'].pop()
     if cls == 'scan_all_scenes':
         scenes = sorted(rng.sample(v['scenes'], rng.choice([2, 3])), key=lambda s: s['span'][0])
-        events = [rng.choice(s['events']) for s in scenes]; sizes = [rng.choice([1, 2]) for _ in events]
+        events = [rng.choice(s['events']) for s in scenes]
+        sizes = [rng.choice([1, 2]) for _ in events]
         if sum(sizes) < 3: sizes[0] = 2
-        _mention_scene(scenes[0], obj); [_mention_event(e, obj) for e in events]
+        _mention_scene(scenes[0], obj)
+        [_mention_event(e, obj) for e in events]
     else:
-        scene = rng.choice(v['scenes']); _mention_scene(scene, obj)
+        scene = rng.choice(v['scenes'])
+        _mention_scene(scene, obj)
         n_ev = rng.choice([1, 2]) if cls == 'default' else rng.choice([2, 3])
         events = sorted(rng.sample(scene['events'], n_ev), key=lambda e: e['span'][0])
         total = rng.choice([2, 3]) if cls == 'default' else rng.choice([max(3, n_ev), 4])
@@ -219,12 +253,14 @@ def plant_counting(v:dict, rng:random.Random, cls:str) -> dict:
     for f in frames: _show_in_frame(f, obj)
     count = len(frames)
     others = rng.sample([n for n in range(max(1, count - 2), count + 4) if n != count], 3)
-    return _question(f'In how many keyframes of the video does a {obj} appear?', str(count), map(str, others), [f['id'] for f in frames], obj, cls)
+    return _question(f'In how many keyframes of the video does a {obj} appear?', str(count), map(str, others),
+                     [f['id'] for f in frames], obj, cls)
 
 # %% ../nbs/02c_sim_video.ipynb #012dfb27
 def _pick_frame(v, rng, scenes=None):
     "A random keyframe with no planted text yet, with its event and scene."
-    cands = [(s, e, f) for s in (scenes or v['scenes']) for e in s['events'] for f in e['frames'] if not f['texts'] and e['id'] not in v['used_events']]
+    cands = [(s, e, f) for s in (scenes or v['scenes']) for e in s['events'] for f in e['frames']
+             if not f['texts'] and e['id'] not in v['used_events']]
     return rng.choice(cands)
 
 def _plant_l3_detail(v, rng, cls, term, event_how) -> tuple:
@@ -248,7 +284,8 @@ def plant_ocr(v:dict, rng:random.Random, cls:str) -> dict:
 def plant_attribute(v:dict, rng:random.Random, cls:str) -> dict:
     "A 'what colour is the X' question; the colour sits in one keyframe's visual_attributes."
     obj, colour = v['free_objects'].pop(), rng.choice(COLOURS)
-    scene, ev, fr, also_l2 = _plant_l3_detail(v, rng, cls, obj, lambda l2: f'A {colour} {{t}} is nearby.' if l2 else 'A {t} is nearby.')
+    scene, ev, fr, also_l2 = _plant_l3_detail(v, rng, cls, obj, lambda l2: f'A {colour} {{t}} is nearby.'
+                                              if l2 else 'A {t} is nearby.')
     fr['attrs'].append(f'{colour} {obj}')
     others = rng.sample(sorted({c for c in v['fillers'].values() if c != colour}), 3)
     return _question(f'What colour is the {obj} that appears in the video?', colour, others, [fr['id']], obj, cls)
@@ -256,13 +293,19 @@ def plant_attribute(v:dict, rng:random.Random, cls:str) -> dict:
 # %% ../nbs/02c_sim_video.ipynb #b2bd625d
 def _pick_event(v, rng, ok) -> dict:
     "A random unused event that satisfies `ok(scene_index, event_index)`; marks its person as keyed."
-    cands = [e for si, s in enumerate(v['scenes']) for ei, e in enumerate(s['events']) if e['id'] not in v['used_events'] and ok(si, ei)]
-    ev = rng.choice(cands); v['used_events'].add(ev['id']); v['keyed'].add(ev['person'])
+    cands = [
+        e for si, s in enumerate(v['scenes']) for ei, e in enumerate(s['events'])
+        if e['id'] not in v['used_events'] and ok(si, ei)
+    ]
+    ev = rng.choice(cands)
+    v['used_events'].add(ev['id'])
+    v['keyed'].add(ev['person'])
     return ev
 
 def _mention_person(ev, cls):
     "Name the event's person in its scene summary (default), only in the scene subtitle (read_subtitles), or nowhere."
-    if cls in ('default', 'compare_timestamps'): _mention_scene(ev['scene'], ev['person'], 'A {t} takes part in this scene.')
+    if cls in ('default', 'compare_timestamps'):
+        _mention_scene(ev['scene'], ev['person'], 'A {t} takes part in this scene.')
     if cls == 'read_subtitles': ev['scene']['subtitle'].append(f'The {ev["person"]} joins us for this part.')
 
 def _clause(ev) -> str: return f'the {ev["person"]} {ev["action"]}'
@@ -271,24 +314,33 @@ def plant_temporal(v:dict, rng:random.Random, cls:str) -> dict:
     "A 'what happens right after X' question; the next event may open the next scene."
     last, n = len(v['scenes'][0]['events']) - 1, len(v['scenes'])
     ok = (lambda si, ei: ei == last and si < n - 1) if cls == 'compare_timestamps' else (lambda si, ei: ei < last)
-    ev = _pick_event(v, rng, ok); _mention_person(ev, cls)
-    events = all_events(v); nxt = events[events.index(ev) + 1]
+    ev = _pick_event(v, rng, ok)
+    _mention_person(ev, cls)
+    events = all_events(v)
+    nxt = events[events.index(ev) + 1]
     others = rng.sample([_clause(e) for e in events if e not in (ev, nxt)], 3)
-    return _question(f'What happens right after {_clause(ev)}?', _clause(nxt), others, [ev['id'], nxt['id']], ev['person'], cls)
+    return _question(f'What happens right after {_clause(ev)}?', _clause(nxt), others, [ev['id'], nxt['id']],
+                     ev['person'], cls)
 
 def plant_action(v:dict, rng:random.Random, cls:str) -> dict:
     "A 'what does the X do' question; the action is in one event."
-    ev = _pick_event(v, rng, lambda si, ei: True); _mention_person(ev, cls)
+    ev = _pick_event(v, rng, lambda si, ei: True)
+    _mention_person(ev, cls)
     others = rng.sample([e['action'] for e in all_events(v) if e is not ev], 3)
-    return _question(f'What does the {ev["person"]} do in the video?', ev['action'], others, [ev['id']], ev['person'], cls)
+    return _question(f'What does the {ev["person"]} do in the video?', ev['action'], others, [ev['id']], ev['person'],
+                     cls)
 
 def plant_object(v:dict, rng:random.Random, cls:str) -> dict:
     "A 'what object does the X hold' question; the object is only in one keyframe of X's event."
-    ev = _pick_event(v, rng, lambda si, ei: True); _mention_person(ev, cls)
+    ev = _pick_event(v, rng, lambda si, ei: True)
+    _mention_person(ev, cls)
     obj, fr = v['free_objects'].pop(), rng.choice(ev['frames'])
-    fr['entities'].append(obj); fr['layout'].append(f'the {ev["person"]} holds a {obj}'); fr['bits'].append(f'The {ev["person"]} holds something.')
+    fr['entities'].append(obj)
+    fr['layout'].append(f'the {ev["person"]} holds a {obj}')
+    fr['bits'].append(f'The {ev["person"]} holds something.')
     others = rng.sample(sorted(v['fillers']), 3)
-    return _question(f'What object does the {ev["person"]} hold in the video?', obj, others, [fr['id']], ev['person'], cls)
+    return _question(f'What object does the {ev["person"]} hold in the video?', obj, others, [fr['id']], ev['person'],
+                     cls)
 
 # %% ../nbs/02c_sim_video.ipynb #dd249497
 def plant_synopsis(v:dict, rng:random.Random, cls:str) -> dict:
@@ -296,8 +348,10 @@ def plant_synopsis(v:dict, rng:random.Random, cls:str) -> dict:
     theme, scenes = v['theme'], v['scenes']
     asides = rng.sample([t for _, t in THEMES if t != theme], 3)
     about = lambda s, t: s['bits'].append(f'Much of the narration here is about {t}.')
-    if cls == 'default': homes, aside_scenes = [0, 1, *rng.sample(range(2, len(scenes)), 1)], rng.sample(range(2, len(scenes)), 3)
-    else: homes, aside_scenes = [2, 3, 4], [0, 1, rng.choice([2, 3, 4])]
+    if cls == 'default':
+        homes, aside_scenes = [0, 1, *rng.sample(range(2, len(scenes)), 1)], rng.sample(range(2, len(scenes)), 3)
+    else:
+        homes, aside_scenes = [2, 3, 4], [0, 1, rng.choice([2, 3, 4])]
     for i in homes:
         if cls == 'read_subtitles': scenes[i - 2]['subtitle'].append(f'Today we are looking at {theme}.')
         else: about(scenes[i], theme)
@@ -310,23 +364,40 @@ def _mmss(t:float) -> str: return f'{int(t) // 60:02d}:{int(t) % 60:02d}'
 def _unique(xs) -> list: return list(dict.fromkeys(xs))
 
 def _render_scene(s, rng, keyed) -> dict:
-    extra = [f'A {e["person"]} takes part in this scene.' for e in s['events'] if e['person'] not in keyed and rng.random() < 0.5]
-    card = {'scene_summary': ' '.join([f'The scene takes place in {s["setting"]}.', *s['bits'], *extra]), 'main_setting': s['setting'],
-            'key_entities': _unique(s['entities']), 'temporal_flow': f'from {_mmss(s["span"][0])} to {_mmss(s["span"][1])}', 'visible_text': s['caption']}
+    extra = [
+        f'A {e["person"]} takes part in this scene.' for e in s['events']
+        if e['person'] not in keyed and rng.random() < 0.5
+    ]
+    card = {
+        'scene_summary': ' '.join([f'The scene takes place in {s["setting"]}.', *s['bits'],
+                                   *extra]), 'main_setting': s['setting'], 'key_entities': _unique(s['entities']),
+        'temporal_flow': f'from {_mmss(s["span"][0])} to {_mmss(s["span"][1])}', 'visible_text': s['caption']
+    }
     return {'level': 1, 'time_range': list(s['span']), 'card': card, 'children_ids': [e['id'] for e in s['events']],
             'subtitle': ' '.join([f'Narrator: this part is set in {s["setting"]}.', *s['subtitle']])}
 
 def _render_event(e, rng) -> dict:
-    card = {'event_description': ' '.join([f'In {e["scene"]["setting"]}, {_clause(e).replace("the ", "a ", 1)}.', *e['bits']]),
-            'entities': _unique([e['person'], *e['entities']]), 'actions': [e['action']], 'visible_text': ' | '.join(e['texts'])}
-    return {'level': 2, 'time_range': list(e['span']), 'card': card, 'children_ids': [f['id'] for f in e['frames']], 'subtitle': rng.choice(SPEECH)}
+    card = {
+        'event_description': ' '.join(
+            [f'In {e["scene"]["setting"]}, {_clause(e).replace("the ", "a ", 1)}.',
+             *e['bits']]), 'entities': _unique([e['person'], *e['entities']]), 'actions': [e['action']],
+        'visible_text': ' | '.join(e['texts'])
+    }
+    return {
+        'level': 2, 'time_range': list(e['span']), 'card': card, 'children_ids': [f['id'] for f in e['frames']],
+        'subtitle': rng.choice(SPEECH)
+    }
 
 def _render_frame(f, e, fillers, rng) -> dict:
-    card = {'frame_summary': ' '.join([f'A {e["person"]} in {e["scene"]["setting"]}.', *f['bits']]),
-            'visible_entities': _unique([e['person'], *f['fillers'], *f['entities']]), 'ongoing_actions': [_clause(e)],
-            'spatial_layout': '; '.join(f['layout'] or [f'the {e["person"]} stands near the {f["fillers"][0]}']),
-            'visual_attributes': [rng.choice(LIGHTING), rng.choice(CAMERA), *[f'{fillers[o]} {o}' for o in f['fillers']], *f['attrs']],
-            'visible_text': ' | '.join(f['texts'])}
+    card = {
+        'frame_summary': ' '.join([f'A {e["person"]} in {e["scene"]["setting"]}.', *f['bits']]),
+        'visible_entities': _unique([e['person'], *f['fillers'], *f['entities']]), 'ongoing_actions': [_clause(e)],
+        'spatial_layout': '; '.join(f['layout']
+                                    or [f'the {e["person"]} stands near the {f["fillers"][0]}']), 'visual_attributes': [
+                                        rng.choice(LIGHTING),
+                                        rng.choice(CAMERA), *[f'{fillers[o]} {o}' for o in f['fillers']], *f['attrs']
+                                    ], 'visible_text': ' | '.join(f['texts'])
+    }
     return {'level': 3, 'time_range': list(f['span']), 'card': card, 'children_ids': [], 'subtitle': ''}
 
 def render_tree(v:dict, rng:random.Random) -> dict:
@@ -340,15 +411,18 @@ def render_tree(v:dict, rng:random.Random) -> dict:
     return {'videoID': v['id'], 'duration_seconds': v['scenes'][-1]['span'][1], 'domain': v['domain'], 'nodes': nodes}
 
 # %% ../nbs/02c_sim_video.ipynb #acd65a68
-PLANTERS = {'Counting Problem': plant_counting, 'OCR Problems': plant_ocr, 'Attribute Perception': plant_attribute,
-            'Temporal Reasoning': plant_temporal, 'Action Recognition': plant_action, 'Object Recognition': plant_object,
-            'Information Synopsis': plant_synopsis}
+PLANTERS = {
+    'Counting Problem': plant_counting, 'OCR Problems': plant_ocr, 'Attribute Perception': plant_attribute,
+    'Temporal Reasoning': plant_temporal, 'Action Recognition': plant_action, 'Object Recognition': plant_object,
+    'Information Synopsis': plant_synopsis
+}
 
 def _duration_class(seconds:float) -> str: return 'short' if seconds <= 120 else 'medium' if seconds <= 900 else 'long'
 
 def _lettered(rng, answer:str, distractors:list) -> tuple[list, str]:
     "Shuffled options 'A. ...' and the answer's letter."
-    texts = [answer, *distractors]; rng.shuffle(texts)
+    texts = [answer, *distractors]
+    rng.shuffle(texts)
     return [f'{"ABCD"[i]}. {t}' for i, t in enumerate(texts)], 'ABCD'[texts.index(answer)]
 
 def make_video(seed:int, # world seed
@@ -386,7 +460,8 @@ def _theme_counts(scenes, options, subtitles=False) -> dict:
     text = lambda s: s.card.get('scene_summary', '') + (' ' + s.subtitle if subtitles else '')
     return {o: sum(mentions(text(s), o) for s in scenes) for o in options}
 
-def _wins(counts:dict, option:str) -> bool: return counts[option] > 0 and all(c < counts[option] for o, c in counts.items() if o != option)
+def _wins(counts: dict, option: str) -> bool:
+    return counts[option] > 0 and all(c < counts[option] for o, c in counts.items() if o != option)
 
 # %% ../nbs/02c_sim_video.ipynb #209481a8
 def observe_features(tree, # the question's VideoTree
@@ -409,7 +484,8 @@ def observe_features(tree, # the question's VideoTree
          'event_mentions': [mentions(e.card['event_description'], key) for e in events], 'n_events': len(events)}
     if task_type == 'Counting Problem': f['count'] = len(frames)
     if task_type == 'OCR Problems': f['also_l2'] = answer in _card(tree, events[0].node_id, 'visible_text').split(' | ')
-    if task_type == 'Attribute Perception': f['also_l2'] = mentions(events[0].card['event_description'], f'{answer} {key}')
+    if task_type == 'Attribute Perception':
+        f['also_l2'] = mentions(events[0].card['event_description'], f'{answer} {key}')
     if task_type == 'Temporal Reasoning': f['last_in_scene'] = scenes[0].children_ids[-1] == events[0].node_id
     return f
 
@@ -438,10 +514,15 @@ def derive_answer(tree, # the question's VideoTree
         if not mentions(x.card['event_description'], key) or _event_at(tree, x.time_range[1]) is not y: return None
         hits = [o for o in options if mentions(y.card['event_description'], o.replace('the ', 'a ', 1))]
     elif task_type == 'Action Recognition':
-        hits = [o for o in options if mentions(src[0].card['event_description'], key) and o in src[0].card.get('actions', [])]
+        hits = [
+            o for o in options
+            if mentions(src[0].card['event_description'], key) and o in src[0].card.get('actions', [])
+        ]
     elif task_type == 'Object Recognition':
         ents = src[0].card.get('visible_entities', [])
-        hits = [o for o in options if key in ents and o in ents and f'holds a {o}' in src[0].card.get('spatial_layout', '')]
+        hits = [
+            o for o in options if key in ents and o in ents and f'holds a {o}' in src[0].card.get('spatial_layout', '')
+        ]
     elif task_type == 'Information Synopsis':
         counts = _theme_counts(tree.level(1), options, subtitles=True)
         hits = [o for o in options if _wins(counts, o)]

@@ -82,8 +82,11 @@ def split_front_matter(text:str, # the whole skill file
                       ) -> tuple[str,str]:
     "Split a skill file into its front matter block (with both `---` lines) and its body."
     if not (m := _FRONT.match(text)):
-        raise DataError(where('skill file has no front matter', "Start the file with a '---' line, the fields name, "
-                              "description and task_type (or always: true), and a closing '---' line", file=file, field='front matter'))
+        raise DataError(
+            where(
+                'skill file has no front matter', "Start the file with a '---' line, the fields name, "
+                "description and task_type (or always: true), and a closing '---' line", file=file,
+                field='front matter'))
     return text[:m.end()], text[m.end():]
 
 # %% ../nbs/04_skills.ipynb #e26b1274
@@ -95,13 +98,18 @@ def _parsed_yaml(text:str):
 def _load_yaml(block:str, file:str|None) -> dict:
     "Parse the YAML of a front matter block into a dict, errors naming file and line."
     inner = block.split('\n', 1)[1].rsplit('---', 1)[0]
-    try: meta = copy.deepcopy(_parsed_yaml(inner))  # a copy: callers may change what they get
+    try:
+        meta = copy.deepcopy(_parsed_yaml(inner))  # a copy: callers may change what they get
     except yaml.YAMLError as e:
         mark = getattr(e, 'problem_mark', None)
-        raise DataError(where(f'front matter is not valid YAML ({getattr(e, "problem", None) or e})', 'Fix the YAML between the --- lines',
-                              file=file, line=mark.line + 2 if mark else None, field='front matter')) from None
+        raise DataError(
+            where(f'front matter is not valid YAML ({getattr(e, "problem", None) or e})',
+                  'Fix the YAML between the --- lines', file=file, line=mark.line + 2 if mark else None,
+                  field='front matter')) from None
     if not isinstance(meta, dict):
-        raise DataError(where('front matter must be a mapping of fields', 'Write name: ..., description: ..., task_type: ...', file=file, field='front matter'))
+        raise DataError(
+            where('front matter must be a mapping of fields', 'Write name: ..., description: ..., task_type: ...',
+                  file=file, field='front matter'))
     return meta
 
 def _bad_field(msg:str, field:str, file:str|None, hint:str|None=None) -> DataError:
@@ -110,16 +118,20 @@ def _bad_field(msg:str, field:str, file:str|None, hint:str|None=None) -> DataErr
 def _check_front_matter(meta:dict, file:str|None) -> dict:
     "Check the front matter fields; return them with `always` filled in."
     if unknown := sorted(str(k) for k in meta if k not in _FIELDS):
-        raise _bad_field(f'unknown front matter field {unknown[0]!r}', unknown[0], file, f'Use only {", ".join(_FIELDS)}')
+        raise _bad_field(f'unknown front matter field {unknown[0]!r}', unknown[0], file,
+                         f'Use only {", ".join(_FIELDS)}')
     for k in ('name', 'description'):
-        if not isinstance(meta.get(k), str) or not meta[k].strip(): raise _bad_field(f'front matter needs a non-empty text {k!r}', k, file)
+        if not isinstance(meta.get(k), str) or not meta[k].strip():
+            raise _bad_field(f'front matter needs a non-empty text {k!r}', k, file)
     task_type, always = meta.get('task_type'), meta.get('always', False)
     if not isinstance(always, bool): raise _bad_field('always must be true or false', 'always', file)
     if task_type is not None and (not isinstance(task_type, str) or not task_type.strip()):
         raise _bad_field('task_type must be a non-empty text', 'task_type', file)
     if task_type is None and not always:
-        raise _bad_field('front matter needs task_type or always: true', 'task_type', file, 'Add task_type: <Video-MME task type>, or always: true for a skill shown with every question')
-    if task_type is not None and always: raise _bad_field('front matter has both task_type and always: true', 'always', file, 'Keep one of them')
+        raise _bad_field('front matter needs task_type or always: true', 'task_type', file,
+                         'Add task_type: <Video-MME task type>, or always: true for a skill shown with every question')
+    if task_type is not None and always:
+        raise _bad_field('front matter has both task_type and always: true', 'always', file, 'Keep one of them')
     return {**meta, 'always': always}
 
 # %% ../nbs/04_skills.ipynb #2f9f019f
@@ -137,7 +149,9 @@ class Skill:
 def _check_unique_headings(secs:list[Section], file:str|None):
     seen = set()
     for s in secs:
-        if s.heading.casefold() in seen: raise _bad_field(f'section {s.heading!r} appears twice', f'section {s.heading}', file, 'Give every ## section its own heading')
+        if s.heading.casefold() in seen:
+            raise _bad_field(f'section {s.heading!r} appears twice', f'section {s.heading}', file,
+                             'Give every ## section its own heading')
         seen.add(s.heading.casefold())
 
 def parse_skill(text:str, # the whole file: front matter and body
@@ -147,7 +161,8 @@ def parse_skill(text:str, # the whole file: front matter and body
     text = text.lstrip('\ufeff').replace('\r\n', '\n')
     block, body = split_front_matter(text, file)
     meta = _check_front_matter(_load_yaml(block, file), file)
-    secs = sections(body); _check_unique_headings(secs, file)
+    secs = sections(body)
+    _check_unique_headings(secs, file)
     return Skill(meta['name'], meta['description'], meta.get('task_type'), meta['always'], body, file, tuple(secs))
 
 # %% ../nbs/04_skills.ipynb #1b9a49c8
@@ -192,8 +207,11 @@ def check_skill_files(files:dict[str,str] # file name -> file text; non-`.md` na
     names = {}
     for n, s in skills.items():
         if s.task_type is not None and n != (want := skill_file(s.task_type)):
-            raise _bad_field(f'a skill for task type {s.task_type!r} must be named {want}', 'task_type', n, 'Rename the file or fix task_type')
-        if s.name in names: raise _bad_field(f'skill name {s.name!r} is also used by {names[s.name]}', 'name', n, 'Give each skill its own name')
+            raise _bad_field(f'a skill for task type {s.task_type!r} must be named {want}', 'task_type', n,
+                             'Rename the file or fix task_type')
+        if s.name in names:
+            raise _bad_field(f'skill name {s.name!r} is also used by {names[s.name]}', 'name', n,
+                             'Give each skill its own name')
         names[s.name] = n
     return skills
 
@@ -201,7 +219,8 @@ def load_skill_dir(path:str|Path # a folder of skill files, e.g. a workspace's s
                   ) -> dict[str,Skill]:
     "Load every `*.md` skill of a folder, keyed by file name."
     path = Path(path)
-    if not path.is_dir(): raise DataError(where('skill folder not found', 'Check the path, or run init_workspace first', folder=path))
+    if not path.is_dir():
+        raise DataError(where('skill folder not found', 'Check the path, or run init_workspace first', folder=path))
     return dict(_loaded_skill_dir(str(path), folder_listing(path, '.md')))
 
 @functools.lru_cache(maxsize=256)
@@ -225,15 +244,20 @@ class SkillRoute:
 
 def _check_mode(mode:str):
     if mode not in SKILL_MODES:
-        raise ConfigError(where(f'unknown skill_mode {mode!r}', f'Use one of {", ".join(SKILL_MODES)}', field='skill_mode'))
+        raise ConfigError(
+            where(f'unknown skill_mode {mode!r}', f'Use one of {", ".join(SKILL_MODES)}', field='skill_mode'))
 
 # %% ../nbs/04_skills.ipynb #7f4956ad
 def _auto_skill(skills:dict[str,Skill], task_type:str|None) -> tuple[Skill,bool]:
     "The skill for a task type and whether it is the `_default.md` fallback."
-    if task_type is not None and (hit := next((s for s in skills.values() if not s.always and s.task_type == task_type), None)):
+    if task_type is not None and (hit := next(
+        (s for s in skills.values() if not s.always and s.task_type == task_type), None)):
         return hit, False
     if DEFAULT_SKILL in skills: return skills[DEFAULT_SKILL], True
-    raise DataError(where(f'no skill for task type {task_type!r} and no {DEFAULT_SKILL}', f'Add {skill_file(task_type)} or {DEFAULT_SKILL}; known files: {", ".join(skills) or "none"}', field='task_type'))
+    raise DataError(
+        where(f'no skill for task type {task_type!r} and no {DEFAULT_SKILL}',
+              f'Add {skill_file(task_type)} or {DEFAULT_SKILL}; known files: {", ".join(skills) or "none"}',
+              field='task_type'))
 
 def catalogue(skills:dict[str,Skill]) -> str:
     "The manual-mode list of readable (not `always`) skills: `- **name**: description` lines."
@@ -263,13 +287,19 @@ def read_skill(skills:dict[str,Skill], # file name -> Skill
     raise DataError(where(f'unknown skill {name!r}', f'Use one of: {known}', field='name'))
 
 # %% ../nbs/04_skills.ipynb #063268cc
-EDIT_OPS = {'replace_section': ('section', 'text'), 'append_to_section': ('section', 'text'), 'search_replace': ('search', 'replace')}
+EDIT_OPS = {
+    'replace_section': ('section', 'text'), 'append_to_section': ('section', 'text'),
+    'search_replace': ('search', 'replace')
+}
 REJECT_REASONS = ('schema', 'bad_target', 'unknown_section', 'frozen_section', 'heading_in_text', 'search_not_found',
-                  'search_ambiguous', 'front_matter_changed', 'sections_changed', 'no_change', 'too_large', 'length_ratio')
+                  'search_ambiguous', 'front_matter_changed', 'sections_changed', 'no_change', 'too_large',
+                  'length_ratio')
 
 class EditRejected(DataError):
     "A proposed skill edit failed validation; `reason` is one of `REJECT_REASONS`."
-    def __init__(self, reason:str, msg:str): super().__init__(msg); self.reason = reason
+    def __init__(self, reason: str, msg: str):
+        super().__init__(msg)
+        self.reason = reason
 
 def _reject(reason:str, msg:str, hint:str|None=None, **loc) -> EditRejected:
     return EditRejected(reason, where(f'edit rejected ({reason}): {msg}', hint, **loc))
@@ -302,26 +332,34 @@ def _parse_op(obj, i:int, target:str) -> EditOp:
     loc = f'ops[{i}]'
     if not isinstance(obj, dict): raise _reject('schema', f'{loc} must be an object', file=target, field=loc)
     if (kind := obj.get('op')) not in EDIT_OPS:
-        raise _reject('schema', f'unknown op {kind!r}', f'Use one of {", ".join(EDIT_OPS)}', file=target, field=f'{loc}.op')
+        raise _reject('schema', f'unknown op {kind!r}', f'Use one of {", ".join(EDIT_OPS)}', file=target,
+                      field=f'{loc}.op')
     for f in EDIT_OPS[kind]:
-        if not isinstance(obj.get(f), str): raise _reject('schema', f'{kind} needs a text field {f!r}', file=target, field=f'{loc}.{f}')
-    if not obj[EDIT_OPS[kind][0]].strip(): raise _reject('schema', f'{EDIT_OPS[kind][0]!r} must not be empty', file=target, field=f'{loc}.{EDIT_OPS[kind][0]}')
+        if not isinstance(obj.get(f), str):
+            raise _reject('schema', f'{kind} needs a text field {f!r}', file=target, field=f'{loc}.{f}')
+    if not obj[EDIT_OPS[kind][0]].strip():
+        raise _reject('schema', f'{EDIT_OPS[kind][0]!r} must not be empty', file=target,
+                      field=f'{loc}.{EDIT_OPS[kind][0]}')
     return EditOp(kind, **{f: obj[f] for f in EDIT_OPS[kind]})
 
 def parse_edit(obj # the evolver's JSON object: {target, ops: [...], rationale}
               ) -> Edit:
     "Check and convert an edit JSON object; `EditRejected('schema')` naming the field when it is malformed."
-    if not isinstance(obj, dict): raise _reject('schema', f'an edit must be a JSON object, not {type(obj).__name__}', field='edit')
+    if not isinstance(obj, dict):
+        raise _reject('schema', f'an edit must be a JSON object, not {type(obj).__name__}', field='edit')
     target, ops, why = obj.get('target'), obj.get('ops'), obj.get('rationale', '')
-    if not isinstance(target, str) or not target.strip(): raise _reject('schema', 'target must be a skill file name', field='target')
-    if not isinstance(ops, list) or not ops: raise _reject('schema', 'ops must be a non-empty list of operations', file=target, field='ops')
+    if not isinstance(target, str) or not target.strip():
+        raise _reject('schema', 'target must be a skill file name', field='target')
+    if not isinstance(ops, list) or not ops:
+        raise _reject('schema', 'ops must be a non-empty list of operations', file=target, field='ops')
     if not isinstance(why, str): raise _reject('schema', 'rationale must be text', file=target, field='rationale')
     return Edit(target, tuple(_parse_op(o, i, target) for i, o in enumerate(ops)), why)
 
 # %% ../nbs/04_skills.ipynb #ba9cb22c
 def edit_fingerprint(edit:Edit) -> str:
     "A stable sha256 of an edit's target and operations."
-    d = edit.as_dict(); d.pop('rationale')
+    d = edit.as_dict()
+    d.pop('rationale')
     return sha256_json(d)
 
 # %% ../nbs/04_skills.ipynb #c54e7633
@@ -336,11 +374,14 @@ def check_target(skill_dir:str|Path, # the version folder the edit applies to
     "The path of an edit's target, after checking it is an existing skill file directly inside `skill_dir`."
     hint = 'Name one skill file of the folder, e.g. counting-problem.md'
     if not _plain_name(target) or not target.endswith('.md'):
-        raise _reject('bad_target', f'target {target!r} is not a plain skill file name', hint, file=target, field='target')
-    d = Path(skill_dir).resolve(); p = d/target
+        raise _reject('bad_target', f'target {target!r} is not a plain skill file name', hint, file=target,
+                      field='target')
+    d = Path(skill_dir).resolve()
+    p = d / target
     if not p.is_file() or p.resolve().parent != d:
         known = ', '.join(sorted(q.name for q in d.glob('*.md'))) if d.is_dir() else 'none'
-        raise _reject('bad_target', f'no skill file {target!r} in {d}', f'Known files: {known}', file=target, field='target')
+        raise _reject('bad_target', f'no skill file {target!r} in {d}', f'Known files: {known}', file=target,
+                      field='target')
     return p
 
 # %% ../nbs/04_skills.ipynb #bf14a829
@@ -357,13 +398,19 @@ def _find_section(text:str, name:str, file:str, field:str) -> _Span:
     spans = _body_spans(text)
     for s in spans:
         if _heading_key(s.section.heading) != _heading_key(name): continue
-        if s.section.frozen: raise _reject('frozen_section', f'section {s.section.heading!r} is frozen', 'Edit another section; frozen sections never change', file=file, section=s.section.heading, field=field)
+        if s.section.frozen:
+            raise _reject('frozen_section', f'section {s.section.heading!r} is frozen',
+                          'Edit another section; frozen sections never change', file=file, section=s.section.heading,
+                          field=field)
         return s
-    raise _reject('unknown_section', f'no section {name!r}', f'Use one of: {", ".join(s.section.heading for s in spans if not s.section.frozen)}', file=file, section=name, field=field)
+    raise _reject('unknown_section', f'no section {name!r}',
+                  f'Use one of: {", ".join(s.section.heading for s in spans if not s.section.frozen)}', file=file,
+                  section=name, field=field)
 
 def _check_op_text(text:str, file:str, section:str, field:str):
     if m := re.search(r'^#{1,2}[ \t].*$', text, re.M):
-        raise _reject('heading_in_text', f'the text contains the heading line {m[0]!r}', 'Write section content only; use ### for sub-headings', file=file, section=section, field=field)
+        raise _reject('heading_in_text', f'the text contains the heading line {m[0]!r}',
+                      'Write section content only; use ### for sub-headings', file=file, section=section, field=field)
 
 # %% ../nbs/04_skills.ipynb #2fdc7a12
 def _merge_content(old:str, new:str, append:bool) -> str:
@@ -378,20 +425,28 @@ def _section_op(text:str, op:EditOp, file:str, i:int) -> str:
     s = _find_section(text, op.section, file, f'ops[{i}].section')
     _check_op_text(op.text, file, s.section.heading, f'ops[{i}].text')
     sep = '' if text[:s.content].endswith('\n') else '\n'
-    return text[:s.content] + sep + _merge_content(text[s.content:s.end], op.text, op.op == 'append_to_section') + text[s.end:]
+    return text[:s.content] + sep + _merge_content(text[s.content:s.end], op.text, op.op
+                                                   == 'append_to_section') + text[s.end:]
 
 # %% ../nbs/04_skills.ipynb #35194177
 def _search_replace(text:str, op:EditOp, file:str, i:int) -> str:
     "Apply a search_replace operation."
     field, n = f'ops[{i}].search', len(re.findall(f'(?={re.escape(op.search)})', text))
-    if n == 0: raise _reject('search_not_found', 'the search text does not occur in the file', 'Copy the search text exactly from the current skill', file=file, field=field)
-    if n > 1: raise _reject('search_ambiguous', f'the search text occurs {n} times', 'Use a longer search text that occurs once', file=file, field=field)
-    start = text.index(op.search); end = start + len(op.search)
+    if n == 0:
+        raise _reject('search_not_found', 'the search text does not occur in the file',
+                      'Copy the search text exactly from the current skill', file=file, field=field)
+    if n > 1:
+        raise _reject('search_ambiguous', f'the search text occurs {n} times',
+                      'Use a longer search text that occurs once', file=file, field=field)
+    start = text.index(op.search)
+    end = start + len(op.search)
     if start < len(split_front_matter(text, file)[0]):
-        raise _reject('front_matter_changed', 'the search text touches the front matter', 'Edit the body only', file=file, field=field)
+        raise _reject('front_matter_changed', 'the search text touches the front matter', 'Edit the body only',
+                      file=file, field=field)
     for s in _body_spans(text):
         if s.section.frozen and start < s.end and end > s.start:
-            raise _reject('frozen_section', f'the search text touches the frozen section {s.section.heading!r}', file=file, section=s.section.heading, field=field)
+            raise _reject('frozen_section', f'the search text touches the frozen section {s.section.heading!r}',
+                          file=file, section=s.section.heading, field=field)
     return text[:start] + op.replace + text[end:]
 
 # %% ../nbs/04_skills.ipynb #1bfd036d
@@ -401,19 +456,29 @@ def _check_structure(old:str, new:str, file:str):
     "Front matter, section list and frozen sections unchanged."
     try: new_block = split_front_matter(new, file)[0]
     except DataError: new_block = None
-    if new_block != split_front_matter(old, file)[0]: raise _reject('front_matter_changed', 'the front matter changed', 'Edit the body only', file=file, field='front matter')
+    if new_block != split_front_matter(old, file)[0]:
+        raise _reject('front_matter_changed', 'the front matter changed', 'Edit the body only', file=file,
+                      field='front matter')
     before, after = sections(split_front_matter(old)[1]), sections(split_front_matter(new)[1])
     if [(s.heading, s.frozen) for s in before] != [(s.heading, s.frozen) for s in after]:
-        raise _reject('sections_changed', f'the sections changed from {[s.heading for s in before]} to {[s.heading for s in after]}', 'Keep every ## heading as it is', file=file, field='sections')
+        raise _reject('sections_changed',
+                      f'the sections changed from {[s.heading for s in before]} to {[s.heading for s in after]}',
+                      'Keep every ## heading as it is', file=file, field='sections')
     for a, b in zip(before, after):
-        if a.frozen and a != b: raise _reject('frozen_section', f'the frozen section {a.heading!r} changed', file=file, section=a.heading, field='sections')
+        if a.frozen and a != b:
+            raise _reject('frozen_section', f'the frozen section {a.heading!r} changed', file=file, section=a.heading,
+                          field='sections')
 
 def _check_size(old:str, new:str, file:str, min_ratio:float, max_ratio:float, max_chars:int):
     "The new text is within the size cap and the length ratio."
-    if len(new) > max_chars: raise _reject('too_large', f'the new file has {len(new)} characters, over the cap of {max_chars}', 'Propose a shorter change', file=file, field='ops')
+    if len(new) > max_chars:
+        raise _reject('too_large', f'the new file has {len(new)} characters, over the cap of {max_chars}',
+                      'Propose a shorter change', file=file, field='ops')
     ratio = len(new) / max(len(old), 1)
     if not min_ratio <= ratio <= max_ratio:
-        raise _reject('length_ratio', f'the new file is {ratio:.2f}x the old length, outside [{min_ratio}, {max_ratio}]', 'Change less of the skill at once', file=file, field='ops')
+        raise _reject('length_ratio',
+                      f'the new file is {ratio:.2f}x the old length, outside [{min_ratio}, {max_ratio}]',
+                      'Change less of the skill at once', file=file, field='ops')
 
 # %% ../nbs/04_skills.ipynb #e469fae4
 _APPLY = {'replace_section': _section_op, 'append_to_section': _section_op, 'search_replace': _search_replace}
@@ -455,7 +520,9 @@ class VersionStore:
     "Numbered immutable versions `v1, v2, …` of a folder of text files, under `root/kind`."
     def __init__(self, root:str|Path, # the workspace folder
                  kind:str): # 'skills' or 'prompts'
-        if kind not in STORE_KINDS: raise ConfigError(where(f'unknown store kind {kind!r}', f'Use one of {", ".join(STORE_KINDS)}', field='kind'))
+        if kind not in STORE_KINDS:
+            raise ConfigError(
+                where(f'unknown store kind {kind!r}', f'Use one of {", ".join(STORE_KINDS)}', field='kind'))
         self.root, self.kind, self.base = Path(root), kind, Path(root)/kind
 
     def __repr__(self): return f'VersionStore({str(self.root)!r}, {self.kind!r})'
@@ -473,7 +540,9 @@ class VersionStore:
     def path(self, version:str|int) -> Path:
         "The folder of an existing version."
         if not (p := self.base/version_name(version)).is_dir():
-            raise DataError(where(f'{self.kind} version {version_name(version)} does not exist', f'Known versions: {", ".join(self.versions()) or "none"}', folder=self.base))
+            raise DataError(
+                where(f'{self.kind} version {version_name(version)} does not exist',
+                      f'Known versions: {", ".join(self.versions()) or "none"}', folder=self.base))
         return p
 
 # %% ../nbs/04_skills.ipynb #07084be5
@@ -484,16 +553,20 @@ def _read_files(folder:Path) -> dict[str,str]:
     out = {}
     for p in sorted(folder.iterdir()):
         if not p.is_file() or p.name == META_FILE or p.name.startswith('.'): continue
-        try: out[p.name] = p.read_bytes().decode('utf-8')
-        except UnicodeDecodeError: raise DataError(where('file is not UTF-8 text', 'Re-save it as UTF-8', file=p)) from None
+        try:
+            out[p.name] = p.read_bytes().decode('utf-8')
+        except UnicodeDecodeError:
+            raise DataError(where('file is not UTF-8 text', 'Re-save it as UTF-8', file=p)) from None
     return out
 
 @patch
 def read_meta(self:VersionStore, version:str|int) -> dict:
     "The checked `meta.json` of a version."
-    p = self.path(version)/META_FILE; meta = read_json(p)
+    p = self.path(version) / META_FILE
+    meta = read_json(p)
     if not isinstance(meta, dict): raise DataError(where('meta.json must be a JSON object', file=p))
-    if missing := [f for f in _META_FIELDS if f not in meta]: raise DataError(where(f'meta.json lacks {missing[0]!r}', file=p, field=missing[0]))
+    if missing := [f for f in _META_FIELDS if f not in meta]:
+        raise DataError(where(f'meta.json lacks {missing[0]!r}', file=p, field=missing[0]))
     return meta
 
 @patch
@@ -505,17 +578,21 @@ def read_files(self:VersionStore, version:str|int) -> dict[str,str]:
 def _check_new_files(kind:str, files:dict[str,str]):
     "Plain names and text contents; skill versions must parse."
     for name, text in files.items():
-        if not _plain_name(name) or name == META_FILE: raise DataError(where(f'{name!r} is not a plain file name for a version', file=name, field='files'))
-        if not isinstance(text, str): raise DataError(where(f'contents must be text, not {type(text).__name__}', file=name, field='files'))
+        if not _plain_name(name) or name == META_FILE:
+            raise DataError(where(f'{name!r} is not a plain file name for a version', file=name, field='files'))
+        if not isinstance(text, str):
+            raise DataError(where(f'contents must be text, not {type(text).__name__}', file=name, field='files'))
     if kind == 'skills': check_skill_files(files)
 
 def _claim(store:VersionStore, tmp:Path) -> str:
     "Rename the finished temp folder to the next free version name; retry when another writer took it."
     for _ in range(10_000):
         name = f'v{int((store.latest() or "v0")[1:]) + 1}'
-        try: os.rename(tmp, store.base/name); return name
+        try:
+            os.rename(tmp, store.base / name)
+            return name
         except OSError:
-            if not (store.base/name).exists(): raise
+            if not (store.base / name).exists(): raise
     raise InfraError(where('could not claim a new version name', folder=store.base))
 
 @patch
@@ -528,14 +605,21 @@ def create(self:VersionStore, files:dict[str,str|None], # changed files: name ->
     merged = {**(self.read_files(parent) if parent is not None else {}), **files}
     merged = {n: t for n, t in merged.items() if t is not None}
     _check_new_files(self.kind, merged)
-    meta = {'parent': None if parent is None else version_name(parent), 'source': source, 'trigger_run': trigger_run, 'created_at': _now()}
+    meta = {
+        'parent': None if parent is None else version_name(parent), 'source': source, 'trigger_run': trigger_run,
+        'created_at': _now()
+    }
     self.base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=self.base, prefix='.tmp-'))
     try:
-        for name, text in merged.items(): atomic_write_bytes(tmp/name, text.encode('utf-8'))
-        atomic_write_json(tmp/META_FILE, meta); os.chmod(tmp, 0o755)
+        for name, text in merged.items():
+            atomic_write_bytes(tmp / name, text.encode('utf-8'))
+        atomic_write_json(tmp / META_FILE, meta)
+        os.chmod(tmp, 0o755)
         return _claim(self, tmp)
-    except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 # %% ../nbs/04_skills.ipynb #5f5b640e
 @patch
@@ -576,8 +660,14 @@ def _manifest_version(obj:dict, field:str, store:VersionStore, file:Path, option
     "One version pointer of the manifest, checked to exist."
     v = obj.get(field)
     if v is None and optional: return None
-    if not isinstance(v, str) or not _VERSION.fullmatch(v): raise DataError(where(f'manifest field {field!r} must be a version name like v3, got {v!r}', 'Fix or delete manifest.json and re-run init_workspace', file=file, field=field))
-    if not (store.base/v).is_dir(): raise DataError(where(f'manifest points at {store.kind} {v}, which does not exist', f'Known versions: {", ".join(store.versions()) or "none"}', file=file, field=field))
+    if not isinstance(v, str) or not _VERSION.fullmatch(v):
+        raise DataError(
+            where(f'manifest field {field!r} must be a version name like v3, got {v!r}',
+                  'Fix or delete manifest.json and re-run init_workspace', file=file, field=field))
+    if not (store.base / v).is_dir():
+        raise DataError(
+            where(f'manifest points at {store.kind} {v}, which does not exist',
+                  f'Known versions: {", ".join(store.versions()) or "none"}', file=file, field=field))
     return v
 
 def _manifest_history(obj:dict, file:Path) -> tuple[dict, ...]:
@@ -591,13 +681,17 @@ def _manifest_history(obj:dict, file:Path) -> tuple[dict, ...]:
 
 def load_manifest(workspace:str|Path) -> Manifest:
     "Read and check a workspace's `manifest.json`."
-    ws = Path(workspace); file = ws/MANIFEST_FILE
-    if not file.exists(): raise DataError(where('workspace has no manifest.json', 'Run init_workspace(path) first', file=file))
+    ws = Path(workspace)
+    file = ws / MANIFEST_FILE
+    if not file.exists():
+        raise DataError(where('workspace has no manifest.json', 'Run init_workspace(path) first', file=file))
     obj = read_json(file)
     if not isinstance(obj, dict): raise DataError(where('manifest.json must be a JSON object', file=file))
     skills, prompts = VersionStore(ws, 'skills'), VersionStore(ws, 'prompts')
-    return Manifest(_manifest_version(obj, 'skills_current', skills, file), _manifest_version(obj, 'skills_best', skills, file),
-                    _manifest_version(obj, 'prompts_version', prompts, file, optional=True), _manifest_history(obj, file))
+    return Manifest(_manifest_version(obj, 'skills_current', skills, file),
+                    _manifest_version(obj, 'skills_best', skills, file),
+                    _manifest_version(obj, 'prompts_version', prompts, file, optional=True),
+                    _manifest_history(obj, file))
 
 # %% ../nbs/04_skills.ipynb #4b6d0734
 def _import_once(store:VersionStore, src:Path) -> str:
@@ -623,9 +717,11 @@ def init_workspace(path:str|Path, # the workspace folder (created when missing)
 # %% ../nbs/04_skills.ipynb #182b9d51
 def _set_pointer(workspace:str|Path, field:str, kind:str, version:str|int, run:str|None, event:str) -> Manifest:
     "Point a manifest field at an existing version and record the event."
-    m = load_manifest(workspace); v = VersionStore(workspace, kind).path(version).name
+    m = load_manifest(workspace)
+    v = VersionStore(workspace, kind).path(version).name
     last = m.history[-1] if m.history else {}
-    if getattr(m, field) == v and (last.get('event'), last.get('version'), last.get('run')) == (event, v, run): return m  # redone after a kill: recorded once
+    if getattr(m, field) == v and (last.get('event'), last.get('version'), last.get('run')) == (event, v, run):
+        return m  # redone after a kill: recorded once
     m = replace(m, **{field: v}, history=m.history + (_event(event, v, run),))
     save_manifest(workspace, m)
     return m

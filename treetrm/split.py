@@ -40,7 +40,9 @@ def _check_ratio(name, v, low_open=True):
         raise ConfigError(where(f'{name} must lie in {"(0, 1)" if low_open else "[0, 1)"}, got {v!r}', field=name))
 
 def _check_floor_k(floor_k):
-    if not isinstance(floor_k, dict): raise ConfigError(where(f'floor_k must be a mapping task type -> count, got {type(floor_k).__name__}', field='floor_k'))
+    if not isinstance(floor_k, dict):
+        raise ConfigError(
+            where(f'floor_k must be a mapping task type -> count, got {type(floor_k).__name__}', field='floor_k'))
     for t, k in floor_k.items(): _check_int(f'floor_k[{t!r}]', k)
 
 # %% ../nbs/09_split.ipynb #d716e8b2
@@ -56,8 +58,11 @@ class SplitConfig:
     val_wrong_min: int # baseline wrong answers the validation pool needs (gate power); 0 disables the guard
 
     def __post_init__(self):
-        _check_int('seed', self.seed); _check_int('report_floor', self.report_floor); _check_int('val_wrong_min', self.val_wrong_min)
-        _check_ratio('test_ratio', self.test_ratio); _check_ratio('val_ratio', self.val_ratio)
+        _check_int('seed', self.seed)
+        _check_int('report_floor', self.report_floor)
+        _check_int('val_wrong_min', self.val_wrong_min)
+        _check_ratio('test_ratio', self.test_ratio)
+        _check_ratio('val_ratio', self.val_ratio)
         if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, (int, float)) or not 0 < self.epsilon <= 1:
             raise ConfigError(where(f'epsilon must lie in (0, 1], got {self.epsilon!r}', field='epsilon'))
         _check_floor_k(self.floor_k)
@@ -70,9 +75,12 @@ def _config_mapping(src, file) -> dict:
     if isinstance(src, (str, Path)):
         file = Path(src)
         if not file.exists(): raise ConfigError(where('split config file not found', 'Check the path', file=file))
-        try: src = yaml.safe_load(file.read_text(encoding='utf-8'))
-        except yaml.YAMLError as e: raise ConfigError(where(f'split config is not valid YAML ({e})', file=file)) from None
-    if not isinstance(src, dict): raise ConfigError(where(f'split config must be a mapping, got {type(src).__name__}', file=file))
+        try:
+            src = yaml.safe_load(file.read_text(encoding='utf-8'))
+        except yaml.YAMLError as e:
+            raise ConfigError(where(f'split config is not valid YAML ({e})', file=file)) from None
+    if not isinstance(src, dict):
+        raise ConfigError(where(f'split config must be a mapping, got {type(src).__name__}', file=file))
     return src
 
 def load_split_config(src # a SplitConfig, a dict, or a YAML file path
@@ -82,9 +90,13 @@ def load_split_config(src # a SplitConfig, a dict, or a YAML file path
     file = Path(src) if isinstance(src, (str, Path)) else None
     raw = _config_mapping(src, file)
     if missing := [k for k in SPLIT_KEYS if k not in raw]:
-        raise ConfigError(where(f'split config is missing key {missing[0]!r}', f'Every key is required: {", ".join(SPLIT_KEYS)}', file=file, field=missing[0]))
+        raise ConfigError(
+            where(f'split config is missing key {missing[0]!r}', f'Every key is required: {", ".join(SPLIT_KEYS)}',
+                  file=file, field=missing[0]))
     if unknown := sorted(set(raw) - set(SPLIT_KEYS)):
-        raise ConfigError(where(f'split config has unknown key {unknown[0]!r}', f'Known keys: {", ".join(SPLIT_KEYS)}', file=file, field=unknown[0]))
+        raise ConfigError(
+            where(f'split config has unknown key {unknown[0]!r}', f'Known keys: {", ".join(SPLIT_KEYS)}', file=file,
+                  field=unknown[0]))
     return SplitConfig(**raw)
 
 # %% ../nbs/09_split.ipynb #dc103903
@@ -97,14 +109,20 @@ def _rows(table) -> list[dict]:
 def signal_of(row:dict) -> str:
     "The label of one signal row: its tier, or 'degraded' when the judge could not diagnose it."
     if row.get('degraded') and row.get('tier') in (None, ''): return 'degraded'
-    if row.get('tier') not in ('T0', 'T1', 'T2'): raise DataError(where(f'signal tier must be T0, T1 or T2, got {row.get("tier")!r}', question=row.get('question_id'), field='tier'))
+    if row.get('tier') not in ('T0', 'T1', 'T2'):
+        raise DataError(
+            where(f'signal tier must be T0, T1 or T2, got {row.get("tier")!r}', question=row.get('question_id'),
+                  field='tier'))
     return row['tier']
 
 # %% ../nbs/09_split.ipynb #70ec8ca1
 def _single(rows:list[dict], col:str, given):
     "The one value of `col` over `rows` (or `given`), a DataError when they disagree."
     vals = {r.get(col) for r in rows if r.get(col) is not None} | ({given} if given is not None else set())
-    if len(vals) > 1: raise DataError(where(f'signals mix several {col} values: {sorted(vals)}', f'Pass the signals of one baseline run and one diagnosis fingerprint', field=col))
+    if len(vals) > 1:
+        raise DataError(
+            where(f'signals mix several {col} values: {sorted(vals)}',
+                  f'Pass the signals of one baseline run and one diagnosis fingerprint', field=col))
     return next(iter(vals), None)
 
 def signal_labels(signals, # diagnosis_signals rows (polars frame or dicts)
@@ -114,7 +132,10 @@ def signal_labels(signals, # diagnosis_signals rows (polars frame or dicts)
     "question_id -> signal label (None = answered right) for every benchmark question."
     known, labels = {q.question_id for q in questions}, {q.question_id: None for q in questions}
     for r in _rows(signals):
-        if r['question_id'] not in known: raise DataError(where('a signal names a question outside the benchmark', 'Pass the questions the baseline ran on', question=r['question_id']))
+        if r['question_id'] not in known:
+            raise DataError(
+                where('a signal names a question outside the benchmark', 'Pass the questions the baseline ran on',
+                      question=r['question_id']))
         labels[r['question_id']] = signal_of(r)
     _check_against_predictions(labels, _rows(predictions), predictions is not None)
     return labels
@@ -123,10 +144,14 @@ def _check_against_predictions(labels:dict, preds:list[dict], given:bool):
     if not given: return
     seen = {p['question_id']: p for p in preds}
     if missing := sorted(set(labels) - set(seen)):
-        raise DataError(where(f'{len(missing)} questions have no baseline prediction, e.g. {missing[0]!r}', 'Finish (resume) the baseline run first', question=missing[0]))
+        raise DataError(
+            where(f'{len(missing)} questions have no baseline prediction, e.g. {missing[0]!r}',
+                  'Finish (resume) the baseline run first', question=missing[0]))
     for qid, p in sorted(seen.items()):
         if qid in labels and not p.get('correct') and labels[qid] is None:
-            raise DataError(where('a wrong baseline answer has no diagnosis signal', 'Run diagnose for this baseline run first', question=qid))
+            raise DataError(
+                where('a wrong baseline answer has no diagnosis signal', 'Run diagnose for this baseline run first',
+                      question=qid))
 
 # %% ../nbs/09_split.ipynb #5dcb7531
 @dataclass(frozen=True)
@@ -170,7 +195,9 @@ def dimensions(groups:dict[str, VideoGroup], report_floor:int) -> Dimensions:
     names = tuple(sorted({f'task_type:{t}' for g in groups.values() for t in g.task_types})) + \
             tuple(sorted({f'difficulty:{d}' for g in groups.values() for d in g.difficulties}))
     counts = np.array([[_count(groups[v], n) for n in names] for v in vids], dtype=float).reshape(len(vids), len(names))
-    return Dimensions(names, counts.sum(0) >= report_floor, counts, np.array([groups[v].size for v in vids], dtype=float), vids)
+    return Dimensions(names,
+                      counts.sum(0) >= report_floor, counts, np.array([groups[v].size for v in vids], dtype=float),
+                      vids)
 
 def _count(g:VideoGroup, name:str) -> int:
     kind, value = name.split(':', 1)
@@ -181,16 +208,21 @@ def pool_gap(dims:Dimensions, mask:np.ndarray) -> tuple[float, str|None]:
     n = dims.sizes[mask].sum()
     if n == 0 or not dims.checked.any(): return 0.0, None
     gaps = np.abs(dims.counts[mask].sum(0) / n - dims.counts.sum(0) / dims.sizes.sum()) * dims.checked
-    i = int(np.argmax(gaps)); return float(gaps[i]), dims.names[i]
+    i = int(np.argmax(gaps))
+    return float(gaps[i]), dims.names[i]
 
 # %% ../nbs/09_split.ipynb #b526eca8
 def seeded_order(video_ids, seed:int, stream:str) -> list[str]:
     "`video_ids` sorted, then shuffled by a stable seed of (`stream`, `seed`)."
-    out = sorted(video_ids); random.Random(stable_seed(stream, seed)).shuffle(out); return out
+    out = sorted(video_ids)
+    random.Random(stable_seed(stream, seed)).shuffle(out)
+    return out
 
 def pool_sizes(n_videos:int, config:SplitConfig) -> tuple[int, int]:
     "(test videos, trainval videos); each pool gets at least one video."
-    if n_videos < 3: raise ConfigError(where(f'the benchmark has {n_videos} videos; the split needs at least 3', 'Use a larger benchmark'))
+    if n_videos < 3:
+        raise ConfigError(
+            where(f'the benchmark has {n_videos} videos; the split needs at least 3', 'Use a larger benchmark'))
     n_test = min(max(1, round(config.test_ratio * n_videos)), n_videos - 2)
     return n_test, n_videos - n_test
 
@@ -201,8 +233,10 @@ def check_floors_possible(groups:dict[str, VideoGroup], config:SplitConfig):
     for g in groups.values(): have.update(g.t2)
     for t, k in config.floor_k.items():
         if have[t] < k:
-            raise ConfigError(where(f'floor_k[{t!r}] = {k}, but the baseline produced only {have[t]} T2 defects of that type',
-                                    f'Lower floor_k[{t!r}] to at most {have[t]}, drop it, or use a larger benchmark', field=f'floor_k[{t!r}]'))
+            raise ConfigError(
+                where(f'floor_k[{t!r}] = {k}, but the baseline produced only {have[t]} T2 defects of that type',
+                      f'Lower floor_k[{t!r}] to at most {have[t]}, drop it, or use a larger benchmark',
+                      field=f'floor_k[{t!r}]'))
 
 def _floor_gain(g:VideoGroup, deficit:dict) -> int:
     return sum(min(d, g.t2.get(t, 0)) for t, d in deficit.items())
@@ -212,7 +246,8 @@ def select_floor_videos(groups:dict[str, VideoGroup], config:SplitConfig, order:
     check_floors_possible(groups, config)
     deficit, chosen, rank = {t: k for t, k in config.floor_k.items() if k > 0}, [], {v: i for i, v in enumerate(order)}
     while any(deficit.values()):
-        best = max((v for v in order if v not in chosen), key=lambda v: (_floor_gain(groups[v], deficit), -groups[v].size, -rank[v]))
+        best = max((v for v in order if v not in chosen), key=lambda v:
+                   (_floor_gain(groups[v], deficit), -groups[v].size, -rank[v]))
         chosen.append(best)
         deficit = {t: max(0, d - groups[best].t2.get(t, 0)) for t, d in deficit.items()}
     return chosen
@@ -230,12 +265,15 @@ def _candidate_gaps(dims:Dimensions, remaining:np.ndarray) -> np.ndarray:
 
 def _new_types(g:VideoGroup, covered:set) -> int: return len(set(g.task_types) - covered)
 
-def fill_trainval(groups:dict[str, VideoGroup], dims:Dimensions, chosen:list[str], n_trainval:int, order:list[str], epsilon:float) -> list[str]:
+def fill_trainval(groups: dict[str, VideoGroup], dims: Dimensions, chosen: list[str], n_trainval: int, order: list[str],
+                  epsilon: float) -> list[str]:
     "Add videos to `chosen` until it has `n_trainval`, keeping the rest close to the benchmark mix."
     chosen, index = list(chosen), {v: i for i, v in enumerate(dims.video_ids)}
-    rank = np.empty(len(order), int); rank[[index[v] for v in order]] = np.arange(len(order))
+    rank = np.empty(len(order), int)
+    rank[[index[v] for v in order]] = np.arange(len(order))
     while len(chosen) < n_trainval:
-        remaining = np.ones(len(dims.video_ids), bool); remaining[[index[v] for v in chosen]] = False
+        remaining = np.ones(len(dims.video_ids), bool)
+        remaining[[index[v] for v in chosen]] = False
         gaps, covered = _candidate_gaps(dims, remaining), {t for v in chosen for t in groups[v].task_types}
         safe = [v for v in order if gaps[index[v]] <= epsilon / 2]
         pick = max(safe, key=lambda v: (_new_types(groups[v], covered), -rank[index[v]])) if safe else \
@@ -284,15 +322,17 @@ class Split:
 
     def frame(self) -> pl.DataFrame:
         "One row per question: ids, task type, difficulty, pool, signal, correct."
-        schema = dict(question_id=pl.String, video_id=pl.String, task_type=pl.String, difficulty=pl.String, pool=pl.String, signal=pl.String)
+        schema = dict(question_id=pl.String, video_id=pl.String, task_type=pl.String, difficulty=pl.String,
+                      pool=pl.String, signal=pl.String)
         rows = [(a.question_id, a.video_id, a.task_type, a.difficulty, a.pool, a.signal) for a in self.assignments]
         return pl.DataFrame(rows, schema=schema, orient='row').with_columns(correct=pl.col('signal').is_null())
 
 # %% ../nbs/09_split.ipynb #7d8a222e
 def assign(questions:list[Question], labels:dict, pool_of_video:dict) -> tuple[Assignment, ...]:
     "An `Assignment` per question, sorted by question id."
-    return tuple(Assignment(q.question_id, q.video_id, q.task_type, q.difficulty, pool_of_video[q.video_id], labels[q.question_id])
-                 for q in sorted(questions, key=lambda q: q.question_id))
+    return tuple(
+        Assignment(q.question_id, q.video_id, q.task_type, q.difficulty, pool_of_video[q.video_id], labels[
+            q.question_id]) for q in sorted(questions, key=lambda q: q.question_id))
 
 # %% ../nbs/09_split.ipynb #83738ebc
 def _check_disjoint(split:Split):
@@ -302,25 +342,38 @@ def _check_disjoint(split:Split):
     for a in split.assignments:
         if a.pool not in POOLS: raise DataError(where(f'unknown pool {a.pool!r}', question=a.question_id))
         if pool_of_video.setdefault(a.video_id, a.pool) != a.pool:
-            raise DataError(where(f'video is split across pools {pool_of_video[a.video_id]!r} and {a.pool!r}', 'All questions of a video must share a pool', video=a.video_id))
+            raise DataError(
+                where(f'video is split across pools {pool_of_video[a.video_id]!r} and {a.pool!r}',
+                      'All questions of a video must share a pool', video=a.video_id))
 
 def _check_inside(split:Split, questions:list[Question]):
     known = {q.question_id: q.video_id for q in questions}
     for a in split.assignments:
-        if known.get(a.question_id) != a.video_id: raise DataError(where('pool question is not in the benchmark (or has another video)', question=a.question_id, video=a.video_id))
+        if known.get(a.question_id) != a.video_id:
+            raise DataError(
+                where('pool question is not in the benchmark (or has another video)', question=a.question_id,
+                      video=a.video_id))
     for p in POOLS:
-        if not split.questions(p): raise DataError(where(f'pool {p!r} is empty', 'Use a larger benchmark or change test_ratio / val_ratio', pool=p))
+        if not split.questions(p):
+            raise DataError(
+                where(f'pool {p!r} is empty', 'Use a larger benchmark or change test_ratio / val_ratio', pool=p))
 
 def _check_epsilon(split:Split, groups:dict, dims:Dimensions):
     gap, name = pool_gap(dims, np.array([groups[v].video_id in set(split.videos('test')) for v in dims.video_ids]))
     if gap > split.config.epsilon + 1e-12:
-        raise ConfigError(where(f'the test pool\'s share of {name} is {gap:.3f} away from the benchmark\'s, more than epsilon={split.config.epsilon}',
-                                'Raise epsilon, lower floor_k (floors pull defect-rich videos out of the test pool), try another seed, or use a larger benchmark', field='epsilon'))
+        raise ConfigError(
+            where(
+                f'the test pool\'s share of {name} is {gap:.3f} away from the benchmark\'s, more than epsilon={split.config.epsilon}',
+                'Raise epsilon, lower floor_k (floors pull defect-rich videos out of the test pool), try another seed, or use a larger benchmark',
+                field='epsilon'))
 
 def _check_floors(split:Split):
     have = Counter(a.task_type for a in split.assignments if a.pool != 'test' and a.signal == 'T2')
     for t, k in split.config.floor_k.items():
-        if have[t] < k: raise ConfigError(where(f'trainval holds {have[t]} T2 defects of {t!r}, floor_k asks for {k}', f'Lower floor_k[{t!r}]', field=f'floor_k[{t!r}]'))
+        if have[t] < k:
+            raise ConfigError(
+                where(f'trainval holds {have[t]} T2 defects of {t!r}, floor_k asks for {k}', f'Lower floor_k[{t!r}]',
+                      field=f'floor_k[{t!r}]'))
 
 def check_split(split:Split, # the split to check
                 questions:list[Question], # the benchmark
@@ -328,8 +381,10 @@ def check_split(split:Split, # the split to check
                ) -> Split:
     "Raise `DataError`/`ConfigError` unless pools are disjoint, inside the benchmark, within epsilon and meet the floors."
     groups = groups or video_groups(questions, {a.question_id: a.signal for a in split.assignments})
-    _check_disjoint(split); _check_inside(split, questions)
-    _check_epsilon(split, groups, dimensions(groups, split.config.report_floor)); _check_floors(split)
+    _check_disjoint(split)
+    _check_inside(split, questions)
+    _check_epsilon(split, groups, dimensions(groups, split.config.report_floor))
+    _check_floors(split)
     return split
 
 # %% ../nbs/09_split.ipynb #6ee803be
@@ -341,8 +396,11 @@ def check_power(split:Split) -> int:
     "The validation pool's wrong answers; a `ConfigError` when fewer than `val_wrong_min`."
     n, cfg = validation_wrong(split), split.config
     if n < cfg.val_wrong_min:
-        raise ConfigError(where(f'the validation pool holds {n} baseline wrong answers, fewer than val_wrong_min={cfg.val_wrong_min}: the gate would lack power',
-                                f'Lower val_wrong_min, raise val_ratio (now {cfg.val_ratio}), or use a larger benchmark', field='val_wrong_min'))
+        raise ConfigError(
+            where(
+                f'the validation pool holds {n} baseline wrong answers, fewer than val_wrong_min={cfg.val_wrong_min}: the gate would lack power',
+                f'Lower val_wrong_min, raise val_ratio (now {cfg.val_ratio}), or use a larger benchmark',
+                field='val_wrong_min'))
     return n
 
 # %% ../nbs/09_split.ipynb #82a8071b
@@ -353,8 +411,10 @@ def _select(groups:dict[str, VideoGroup], config:SplitConfig) -> dict[str, str]:
     order = seeded_order(groups, config.seed, 'split')
     floor = select_floor_videos(groups, config, order)
     if len(floor) > n_trainval:
-        raise ConfigError(where(f'the T2 floors need {len(floor)} trainval videos, but test_ratio={config.test_ratio} leaves room for {n_trainval}',
-                                'Lower test_ratio or floor_k', field='floor_k'))
+        raise ConfigError(
+            where(
+                f'the T2 floors need {len(floor)} trainval videos, but test_ratio={config.test_ratio} leaves room for {n_trainval}',
+                'Lower test_ratio or floor_k', field='floor_k'))
     val, diag = split_trainval(fill_trainval(groups, dims, floor, n_trainval, order, config.epsilon), config)
     return {**{v: 'test' for v in groups}, **{v: 'validation' for v in val}, **{v: 'diagnosis' for v in diag}}
 
@@ -371,9 +431,11 @@ def build_split(questions:list[Question], # the benchmark
     labels = signal_labels(rows, questions, predictions)
     groups = video_groups(questions, labels)
     pools = _select(groups, config)
-    if _select(groups, config) != pools: raise DataError('the split selection is not deterministic; this is a bug in treetrm.split')
+    if _select(groups, config) != pools:
+        raise DataError('the split selection is not deterministic; this is a bug in treetrm.split')
     split = Split(assign(questions, labels, pools), config, fp, run)
-    check_split(split, questions, groups); check_power(split)
+    check_split(split, questions, groups)
+    check_power(split)
     return split
 
 # %% ../nbs/09_split.ipynb #92004b34
@@ -382,10 +444,16 @@ POOLS_FORMAT = 'treetrm-pools/1'
 def pools_document(split:Split) -> dict:
     "The content of pools.json."
     pools = {p: {'videos': list(split.videos(p)), 'questions': list(split.questions(p))} for p in POOLS}
-    return {'format': POOLS_FORMAT, 'seed': split.config.seed, 'config': split.config.to_dict(), 'diag_fingerprint': split.diag_fingerprint,
-            'baseline_run_id': split.baseline_run_id, 'pools': pools,
-            'questions': {a.question_id: {'video_id': a.video_id, 'task_type': a.task_type, 'difficulty': a.difficulty, 'signal': a.signal}
-                          for a in split.assignments}}
+    return {
+        'format': POOLS_FORMAT, 'seed': split.config.seed, 'config': split.config.to_dict(),
+        'diag_fingerprint': split.diag_fingerprint, 'baseline_run_id': split.baseline_run_id, 'pools': pools,
+        'questions': {
+            a.question_id: {
+                'video_id': a.video_id, 'task_type': a.task_type, 'difficulty': a.difficulty, 'signal': a.signal
+            }
+            for a in split.assignments
+        }
+    }
 
 def pools_bytes(split:Split) -> bytes:
     "pools.json as bytes: canonical JSON, one space indent, trailing newline."
@@ -394,10 +462,19 @@ def pools_bytes(split:Split) -> bytes:
 def split_manifest(split:Split, pools_sha256:str, generated_at:str|None=None) -> dict:
     "The content of split_manifest.json."
     signals = Counter((a.pool, a.signal) for a in split.assignments)
-    counts = {p: {'videos': len(split.videos(p)), 'questions': len(split.questions(p)), **{s: signals[p, s] for s in SIGNALS}} for p in POOLS}
-    return {'format': POOLS_FORMAT, 'pools_file': 'pools.json', 'pools_sha256': pools_sha256, 'seed': split.config.seed,
-            'diag_fingerprint': split.diag_fingerprint, 'baseline_run_id': split.baseline_run_id, 'counts': counts,
-            'validation_wrong': validation_wrong(split), 'generated_at': generated_at or datetime.now(timezone.utc).isoformat(timespec='seconds')}
+    counts = {
+        p: {
+            'videos': len(split.videos(p)), 'questions': len(split.questions(p)), **{s: signals[p, s]
+                                                                                     for s in SIGNALS}
+        }
+        for p in POOLS
+    }
+    return {
+        'format': POOLS_FORMAT, 'pools_file': 'pools.json', 'pools_sha256': pools_sha256, 'seed': split.config.seed,
+        'diag_fingerprint': split.diag_fingerprint, 'baseline_run_id': split.baseline_run_id, 'counts': counts,
+        'validation_wrong': validation_wrong(split), 'generated_at': generated_at
+        or datetime.now(timezone.utc).isoformat(timespec='seconds')
+    }
 
 # %% ../nbs/09_split.ipynb #ea603180
 def write_split(split:Split, # a checked split
@@ -412,11 +489,17 @@ def write_split(split:Split, # a checked split
 
 def load_split(out_dir:str|Path) -> Split:
     "Read a written split back, checking pools.json against the sha256 in its manifest."
-    out = Path(out_dir); manifest = read_json(out/'split_manifest.json')
+    out = Path(out_dir)
+    manifest = read_json(out / 'split_manifest.json')
     if (got := sha256_file(out/'pools.json')) != manifest.get('pools_sha256'):
-        raise DataError(where(f'pools.json has sha256 {got[:12]}…, the manifest recorded {str(manifest.get("pools_sha256"))[:12]}…', 'The pools were edited after the split; run the split again', file=out/'pools.json'))
-    doc = read_json(out/'pools.json'); pool_of = {q: p for p, d in doc['pools'].items() for q in d['questions']}
-    rows = tuple(Assignment(q, r['video_id'], r['task_type'], r['difficulty'], pool_of[q], r['signal']) for q, r in sorted(doc['questions'].items()))
+        raise DataError(
+            where(f'pools.json has sha256 {got[:12]}…, the manifest recorded {str(manifest.get("pools_sha256"))[:12]}…',
+                  'The pools were edited after the split; run the split again', file=out / 'pools.json'))
+    doc = read_json(out / 'pools.json')
+    pool_of = {q: p for p, d in doc['pools'].items() for q in d['questions']}
+    rows = tuple(
+        Assignment(q, r['video_id'], r['task_type'], r['difficulty'], pool_of[q], r['signal'])
+        for q, r in sorted(doc['questions'].items()))
     return Split(rows, load_split_config(doc['config']), doc['diag_fingerprint'], doc['baseline_run_id'])
 
 # %% ../nbs/09_split.ipynb #218b4cc7
@@ -424,9 +507,12 @@ def pool_summary(split:Split) -> pl.DataFrame:
     "Per pool: videos, questions, baseline accuracy and signal counts."
     f = split.frame()
     sig = [(pl.col('signal') == s).sum().alias(s) for s in SIGNALS]
-    return (f.group_by('pool').agg(*sig, videos=pl.col('video_id').n_unique(), questions=pl.len(), accuracy=pl.col('correct').mean())
-             .select('pool', 'videos', 'questions', 'accuracy', *SIGNALS)
-             .sort(pl.col('pool').replace_strict({p: i for i, p in enumerate(POOLS)}, return_dtype=pl.Int64)))
+    return (f.group_by('pool').agg(*sig, videos=pl.col('video_id').n_unique(),
+                                   questions=pl.len(), accuracy=pl.col('correct').mean()).select(
+                                       'pool', 'videos', 'questions', 'accuracy', *SIGNALS).sort(
+                                           pl.col('pool').replace_strict({p: i
+                                                                          for i, p in enumerate(POOLS)},
+                                                                         return_dtype=pl.Int64)))
 
 def pool_distribution(split:Split, by:str='task_type') -> pl.DataFrame:
     "Share of each `by` value (task_type or difficulty) per pool, with the benchmark's share."
@@ -445,8 +531,10 @@ def plot_pools(split:Split):
         d, cols = pool_distribution(split, by), ('benchmark', *POOLS)
         x, w = np.arange(d.height), 0.8 / len(cols)
         for i, c in enumerate(cols): ax.bar(x + i * w, d[c].to_numpy(), w, label=c)
-        ax.set_xticks(x + 0.4 - w / 2, d[by].to_list(), rotation=30, ha='right', fontsize=8); ax.set_title(f'share by {by}')
-    axes[0].legend(fontsize=8); fig.tight_layout()
+        ax.set_xticks(x + 0.4 - w / 2, d[by].to_list(), rotation=30, ha='right', fontsize=8)
+        ax.set_title(f'share by {by}')
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
     return fig
 
 # %% ../nbs/09_split.ipynb #800215f3
@@ -476,16 +564,20 @@ class SplitPlan:
     config: SplitConfig
 
     def __str__(self) -> str:
-        return '\n'.join([f'split plan for workspace {self.workspace}',
+        return '\n'.join([
+            f'split plan for workspace {self.workspace}',
             f'  questions   {self.questions_path} ({self.n_questions} questions, {self.n_videos} videos, {len(self.task_types)} task types)',
-            f'  trees       {self.trees_dir} (all {self.n_videos} load)', f'  skills      {self.skills_dir} ({len(self.skills)} files)',
+            f'  trees       {self.trees_dir} (all {self.n_videos} load)',
+            f'  skills      {self.skills_dir} ({len(self.skills)} files)',
             f'  1. baseline run {self.baseline_run_id!r} with agent model {self.agent_model!r}',
             f'  2. Phase 0/1: diagnose wrong answers with judge {self.judge_model!r}; fingerprint {self.diag_fingerprint}',
             f'  3. Phase 2: build_split with {canonical_json(self.config.to_dict())}',
-            f'  4. write {pools_dir(self.workspace)}/pools.json and split_manifest.json'])
+            f'  4. write {pools_dir(self.workspace)}/pools.json and split_manifest.json'
+        ])
 
 # %% ../nbs/09_split.ipynb #2306c4c0
-def plan_split(workspace, *, questions_path, trees_dir, skills_dir, agent, judge, config, baseline_run_id:str='baseline', judge_model:str|None=None) -> SplitPlan:
+def plan_split(workspace, *, questions_path, trees_dir, skills_dir, agent, judge, config,
+               baseline_run_id: str = 'baseline', judge_model: str | None = None) -> SplitPlan:
     "Check the wiring of a split (files, trees, skills, config, templates) and describe it; no model call."
     config, qs = load_split_config(config), load_questions(questions_path)
     videos = sorted({q.video_id for q in qs})
@@ -493,8 +585,8 @@ def plan_split(workspace, *, questions_path, trees_dir, skills_dir, agent, judge
     skills = load_skill_dir(skills_dir)
     jm = judge_model or getattr(judge, 'model', '')
     return SplitPlan(Path(workspace), Path(questions_path), Path(trees_dir), Path(skills_dir), len(qs), len(videos),
-                     dict(sorted(Counter(q.task_type for q in qs).items())), tuple(skills), baseline_run_id, getattr(agent, 'model', ''),
-                     jm, diag_fingerprint(load_diagnose_prompts().version, jm), config)
+                     dict(sorted(Counter(q.task_type for q in qs).items())), tuple(skills), baseline_run_id,
+                     getattr(agent, 'model', ''), jm, diag_fingerprint(load_diagnose_prompts().version, jm), config)
 
 # %% ../nbs/09_split.ipynb #26239590
 def existing_split(workspace:str|Path, config:SplitConfig, baseline_run_id:str) -> Split|None:
@@ -502,39 +594,47 @@ def existing_split(workspace:str|Path, config:SplitConfig, baseline_run_id:str) 
     if not has_pools(workspace): return None
     split = load_split(pools_dir(workspace))
     if split.config != config or split.baseline_run_id != baseline_run_id:
-        raise ConfigError(where('this workspace already holds frozen pools made with other split settings or another baseline run',
-                                'Pass the settings in its pools.json, use a new workspace, or delete its pools/ folder on purpose', folder=pools_dir(workspace)))
+        raise ConfigError(
+            where('this workspace already holds frozen pools made with other split settings or another baseline run',
+                  'Pass the settings in its pools.json, use a new workspace, or delete its pools/ folder on purpose',
+                  folder=pools_dir(workspace)))
     return split
 
-async def run_split(workspace:str|Path, # the experiment folder; harness.db and pools/ go here
-                    *, questions_path:str|Path, # the benchmark questions file
-                    trees_dir:str|Path, # folder of <videoID>/tree.json
-                    skills_dir:str|Path, # the baseline (seed) skills
-                    agent, # the agent LLMProvider
-                    judge, # the judge LLMProvider
-                    config, # SplitConfig, dict or YAML path
-                    log=None, # a HarnessLog (default: <workspace>/harness.db)
-                    dry_run:bool=False, # only check the wiring and return the plan
-                    concurrency:int=8, # agent runs and judge calls in flight
-                    baseline_run_id:str='baseline', # run id of the baseline; re-using it resumes
-                    judge_model:str|None=None, # the configured judge model (default: judge.model)
-                    generated_at:str|None=None, # manifest timestamp (default: now)
-                    progress:bool=True, # show the baseline's progress bar
-                    max_steps:int=15 # the agent's tool budget per question (the training's `max_steps`, so baseline and arms compare)
-                   ):
+async def run_split(
+    workspace: str | Path,  # the experiment folder; harness.db and pools/ go here
+    *,
+    questions_path: str | Path,  # the benchmark questions file
+    trees_dir: str | Path,  # folder of <videoID>/tree.json
+    skills_dir: str | Path,  # the baseline (seed) skills
+    agent,  # the agent LLMProvider
+    judge,  # the judge LLMProvider
+    config,  # SplitConfig, dict or YAML path
+    log=None,  # a HarnessLog (default: <workspace>/harness.db)
+    dry_run: bool = False,  # only check the wiring and return the plan
+    concurrency: int = 8,  # agent runs and judge calls in flight
+    baseline_run_id: str = 'baseline',  # run id of the baseline; re-using it resumes
+    judge_model: str | None = None,  # the configured judge model (default: judge.model)
+    generated_at: str | None = None,  # manifest timestamp (default: now)
+    progress: bool = True,  # show the baseline's progress bar
+    max_steps: int = 15  # the agent's tool budget per question (the training's `max_steps`, so baseline and arms compare)
+):
     "Baseline → diagnose → build_split → write pools; returns the `Split` (or the `SplitPlan` when `dry_run`)."
     check_count(concurrency, 'concurrency')  # before anything is written
-    plan = plan_split(workspace, questions_path=questions_path, trees_dir=trees_dir, skills_dir=skills_dir, agent=agent, judge=judge,
-                      config=config, baseline_run_id=baseline_run_id, judge_model=judge_model)
-    if dry_run: print(plan); return plan
+    plan = plan_split(workspace, questions_path=questions_path, trees_dir=trees_dir, skills_dir=skills_dir, agent=agent,
+                      judge=judge, config=config, baseline_run_id=baseline_run_id, judge_model=judge_model)
+    if dry_run:
+        print(plan)
+        return plan
     if (frozen := existing_split(workspace, plan.config, baseline_run_id)) is not None: return frozen
-    qs, log = load_questions(questions_path), log or HarnessLog(Path(workspace)/'harness.db')
-    base = await run_inference(qs, trees_dir=trees_dir, provider=agent, log=log, run_id=baseline_run_id, skills_dir=skills_dir,
-                        mode='auto', concurrency=concurrency, kind='baseline', progress=progress, max_steps=max_steps)
-    diag = await diagnose(qs, log=log, baseline_run_id=baseline_run_id, judge=judge, skills_dir=skills_dir, concurrency=concurrency, judge_model=judge_model,
-                          trees_dir=trees_dir)
-    try: split = build_split(qs, diag.signals, config=plan.config, predictions=log.predictions(baseline_run_id),
-                             diag_fingerprint=diag.fingerprint, baseline_run_id=baseline_run_id)
+    qs, log = load_questions(questions_path), log or HarnessLog(Path(workspace) / 'harness.db')
+    base = await run_inference(qs, trees_dir=trees_dir, provider=agent, log=log, run_id=baseline_run_id,
+                               skills_dir=skills_dir, mode='auto', concurrency=concurrency, kind='baseline',
+                               progress=progress, max_steps=max_steps)
+    diag = await diagnose(qs, log=log, baseline_run_id=baseline_run_id, judge=judge, skills_dir=skills_dir,
+                          concurrency=concurrency, judge_model=judge_model, trees_dir=trees_dir)
+    try:
+        split = build_split(qs, diag.signals, config=plan.config, predictions=log.predictions(baseline_run_id),
+                            diag_fingerprint=diag.fingerprint, baseline_run_id=baseline_run_id)
     except ConfigError as e:  # a split that fails because the agent's answers were lost says that first
         if base.health: raise ConfigError(f'{base.health}\n{e}') from None
         raise
@@ -548,5 +648,9 @@ def show_split(result # a `Split` or a `SplitPlan` from `run_split`
     from IPython.display import display
     if isinstance(result, SplitPlan): return print(result)
     import matplotlib.pyplot as plt
-    for frame in (pool_summary(result), pool_distribution(result, 'task_type'), pool_distribution(result, 'difficulty')): display(frame)
-    fig = plot_pools(result); display(fig); plt.close(fig)
+    for frame in (pool_summary(result), pool_distribution(result, 'task_type'), pool_distribution(result,
+                                                                                                  'difficulty')):
+        display(frame)
+    fig = plot_pools(result)
+    display(fig)
+    plt.close(fig)

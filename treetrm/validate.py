@@ -41,29 +41,36 @@ class UnitOutcome:
     def __post_init__(self):
         for name in ('correct', 'infra'):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise DataError(where(f'UnitOutcome.{name} must be True or False, got {getattr(self, name)!r}', field=name))
+                raise DataError(
+                    where(f'UnitOutcome.{name} must be True or False, got {getattr(self, name)!r}', field=name))
 
 Evaluate = Callable[[QuestionUnit, str, Path], Awaitable[UnitOutcome]] # evaluate(unit, arm, skills_dir)
 
 def _checked_outcome(outcome, unit:QuestionUnit, arm:str) -> UnitOutcome:
     "The evaluator's return value, or a `DataError` naming the unit and arm when it is not a `UnitOutcome`."
     if not isinstance(outcome, UnitOutcome):
-        raise DataError(where(f'the evaluator returned {type(outcome).__name__}, not a UnitOutcome', 'Return UnitOutcome(correct, infra, detail)',
-                              unit=unit.unit_id, arm=arm))
+        raise DataError(
+            where(f'the evaluator returned {type(outcome).__name__}, not a UnitOutcome',
+                  'Return UnitOutcome(correct, infra, detail)', unit=unit.unit_id, arm=arm))
     return outcome
 
 # %% ../nbs/13_validate.ipynb #733ce40a
-def scripted_evaluator(outcome:Callable[[QuestionUnit,str],UnitOutcome|BaseException], # (unit, arm) -> result, or an exception to raise
-                       turns:Callable[[QuestionUnit,str],int]|None=None # (unit, arm) -> event-loop turns it takes (0: none)
-                      ) -> Evaluate:
+def scripted_evaluator(
+    outcome: Callable[[QuestionUnit, str],
+                      UnitOutcome | BaseException],  # (unit, arm) -> result, or an exception to raise
+    turns: Callable[[QuestionUnit, str], int] | None = None  # (unit, arm) -> event-loop turns it takes (0: none)
+) -> Evaluate:
     "A simulated `evaluate(unit, arm, skills_dir)` with scripted results and latency on a fake clock."
     calls = []
-    async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
+
+    async def evaluate(unit: QuestionUnit, arm: str, skills_dir: Path) -> UnitOutcome:
         calls.append((unit.unit_id, arm, Path(skills_dir), Path(skills_dir).is_dir()))
-        for _ in range(turns(unit, arm) if turns else 0): await asyncio.sleep(0)
+        for _ in range(turns(unit, arm) if turns else 0):
+            await asyncio.sleep(0)
         result = outcome(unit, arm)
         if isinstance(result, BaseException): raise result
         return result
+
     evaluate.calls = calls
     return evaluate
 
@@ -90,8 +97,10 @@ def materialise_candidate(base_skills_dir:str|Path, # the base version folder, e
     shutil.rmtree(dest, ignore_errors=True)
     try:
         shutil.copytree(base_skills_dir, dest)
-        atomic_write_text(dest/edit.target, text)
-    except BaseException: shutil.rmtree(dest, ignore_errors=True); raise
+        atomic_write_text(dest / edit.target, text)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
     return dest
 
 @contextlib.contextmanager
@@ -100,8 +109,14 @@ def materialised_candidates(candidates:Mapping[str, Edit|dict], # task type -> p
                             root:str|Path # the gate's folder, from `candidates_root`
                            ) -> Iterator[dict[str, Path]]:
     "Candidate skills folders under `root`, one per task type, removed on exit whatever happens."
-    try: yield {tt: materialise_candidate(base_skills_dir, edit, Path(root)/skill_slug(tt)) for tt, edit in candidates.items()}
-    finally: shutil.rmtree(root, ignore_errors=True)
+    try:
+        yield {
+            tt: materialise_candidate(base_skills_dir, edit,
+                                      Path(root) / skill_slug(tt))
+            for tt, edit in candidates.items()
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 # %% ../nbs/13_validate.ipynb #e4a575cb
 CONSUME_MODES = ('ladder', 'arrival') # 'arrival' is a test-only switch that shows the arrival-order bias
@@ -117,7 +132,10 @@ class TypeGate:
     cand: dict = field(default_factory=dict) # ladder rank -> candidate-arm UnitOutcome
     pointer: int = 0 # next ladder rank to consume (ladder mode)
     consumed: list = field(default_factory=list) # ranks in the order they were consumed
-    w: int = 0; l: int = 0; n_used: int = 0; n_excluded: int = 0
+    w: int = 0
+    l: int = 0
+    n_used: int = 0
+    n_excluded: int = 0
     verdict: GateVerdict|None = None # the latest decision (None before any unit was paired)
     rows: list = field(default_factory=list) # one evidence dict per consumed unit
     discarded: int = 0 # results that arrived after the gate froze
@@ -126,7 +144,10 @@ class TypeGate:
     def __post_init__(self):
         if self.consume not in CONSUME_MODES:
             raise ConfigError(where(f'consume must be one of {CONSUME_MODES}, got {self.consume!r}', field='consume'))
-        if not self.units: raise ConfigError(where('the ladder is empty: nothing to gate', 'Gate only task types with validation units', task_type=self.task_type))
+        if not self.units:
+            raise ConfigError(
+                where('the ladder is empty: nothing to gate', 'Gate only task types with validation units',
+                      task_type=self.task_type))
 
     @property
     def frozen(self) -> bool: return self.verdict is not None and self.verdict.final
@@ -142,13 +163,17 @@ def record(self:TypeGate, rank:int, # the unit's ladder rank
            outcome:UnitOutcome # the arm's result
           ) -> bool:
     "File an arrival and consume what it unblocks; False when the gate had already frozen (result discarded)."
-    if self.frozen: self.discarded += 1; return False
+    if self.frozen:
+        self.discarded += 1
+        return False
     (self.base if arm == 'base' else self.cand)[rank] = outcome
     if self.consume == 'arrival':
         if rank in self.base and rank in self.cand: self._consume(rank)
         return True
-    while not self.frozen and self.pointer < len(self.units) and self.pointer in self.base and self.pointer in self.cand:
-        self._consume(self.pointer); self.pointer += 1
+    while not self.frozen and self.pointer < len(
+            self.units) and self.pointer in self.base and self.pointer in self.cand:
+        self._consume(self.pointer)
+        self.pointer += 1
     return True
 
 @patch
@@ -203,7 +228,10 @@ class ValidationOutcome:
     @property
     def paired(self) -> dict:
         "unit_id -> (base_correct, cand_correct) of the units that entered W/L."
-        return {u: (self.base[u].correct, self.cand[u].correct) for u in self.base if not (self.base[u].infra or self.cand[u].infra)}
+        return {
+            u: (self.base[u].correct, self.cand[u].correct)
+            for u in self.base if not (self.base[u].infra or self.cand[u].infra)
+        }
     @property
     def shadow(self) -> dict: return {s.rule: s.decision for s in self.shadows}
     def candidate_questions(self) -> dict:
@@ -242,8 +270,12 @@ class InfraGuard:
 
     def __post_init__(self):
         if isinstance(self.limit, bool) or not isinstance(self.limit, (int, float)) or not 0 <= self.limit <= 1:
-            raise ConfigError(where(f'gate_guard_err must be a number in [0, 1], got {self.limit!r}', 'Use e.g. 0.2', field='gate_guard_err'))
-    def count(self, outcome:UnitOutcome): self.evaluated += 1; self.infra += outcome.infra
+            raise ConfigError(
+                where(f'gate_guard_err must be a number in [0, 1], got {self.limit!r}', 'Use e.g. 0.2',
+                      field='gate_guard_err'))
+    def count(self, outcome: UnitOutcome):
+        self.evaluated += 1
+        self.infra += outcome.infra
     @property
     def rate(self) -> float: return self.infra / self.evaluated if self.evaluated else 0.0
     @property
@@ -260,29 +292,35 @@ class _GateRound:
     cand_dirs: dict # task type -> candidate skills folder
     guard: InfraGuard # the cumulative INFRA rate
     cache: object = None # a BaselineCache, or None
-    base_sha: dict = field(default_factory=dict) # task type -> cache key part naming what the agent reads of the base skills
+    base_sha: dict = field(
+        default_factory=dict)  # task type -> cache key part naming what the agent reads of the base skills
     prompts_version: str = '' # cache key part
     where_: dict = field(default_factory=dict) # run_id, gate_id for messages
     queued: dict = field(default_factory=dict) # task type -> set of tasks still waiting for slots
 
-    def skills_dir(self, task_type:str, arm:str) -> Path: return self.base_dir if arm == 'base' else self.cand_dirs[task_type]
+    def skills_dir(self, task_type: str, arm: str) -> Path:
+        return self.base_dir if arm == 'base' else self.cand_dirs[task_type]
 
 # %% ../nbs/13_validate.ipynb #37138134
 def _guard_error(rnd:_GateRound) -> InfraError:
     "The message of a guard abort: what happened, what was kept, what to do."
     g = rnd.guard
-    return InfraError(where(
-        f'gate round aborted: {g.infra} of {g.evaluated} evaluations ({g.rate:.0%}) failed with INFRA errors, above gate_guard_err={g.limit}; '
-        'no decision was taken and nothing was written to gate_evidence (base outcomes already evaluated stay cached)',
-        'Fix the endpoint (see llm_calls and the stop_reason of the gate runs), then resume the run: the step re-runs this gate',
-        **rnd.where_, task_types=','.join(rnd.gates)))
+    return InfraError(
+        where(
+            f'gate round aborted: {g.infra} of {g.evaluated} evaluations ({g.rate:.0%}) failed with INFRA errors, above gate_guard_err={g.limit}; '
+            'no decision was taken and nothing was written to gate_evidence (base outcomes already evaluated stay cached)',
+            'Fix the endpoint (see llm_calls and the stop_reason of the gate runs), then resume the run: the step re-runs this gate',
+            **rnd.where_, task_types=','.join(rnd.gates)))
 
 def _arrive(rnd:_GateRound, task_type:str, rank:int, arm:str, outcome:UnitOutcome):
     "File one result: cache, guard, gate; freeze-cancel the type's queued tasks when its decision is final."
     g = rnd.gates[task_type]
     if arm == 'base' and rnd.cache is not None:
-        rnd.cache.put(task_type, rnd.base_sha[task_type], rnd.prompts_version, g.units[rank].unit_id, outcome.correct, infra=outcome.infra)
-    if g.frozen: g.discarded += 1; return
+        rnd.cache.put(task_type, rnd.base_sha[task_type], rnd.prompts_version, g.units[rank].unit_id, outcome.correct,
+                      infra=outcome.infra)
+    if g.frozen:
+        g.discarded += 1
+        return
     rnd.guard.count(outcome)
     if rnd.guard.tripped: raise _guard_error(rnd)
     g.record(rank, arm, outcome)
@@ -291,7 +329,8 @@ def _arrive(rnd:_GateRound, task_type:str, rank:int, arm:str, outcome:UnitOutcom
 
 async def _evaluate_arm(rnd:_GateRound, task_type:str, rank:int, arm:str):
     "One (unit, arm) task: wait for slots, evaluate, file the result."
-    g = rnd.gates[task_type]; unit = g.units[rank]
+    g = rnd.gates[task_type]
+    unit = g.units[rank]
     async with rnd.slots.hold(len(unit.questions)):
         rnd.queued[task_type].discard(asyncio.current_task())
         if g.frozen: return
@@ -314,14 +353,18 @@ async def _run_round(rnd:_GateRound, order:list):
         pending = set(tasks)
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if failed := [t for t in done if not t.cancelled() and t.exception() is not None]: raise failed[0].exception()
+            if failed := [t for t in done if not t.cancelled() and t.exception() is not None]:
+                raise failed[0].exception()
     finally: await _drain(tasks)
 
 # %% ../nbs/13_validate.ipynb #4eed6454
 def base_skills_sha(base_skills_dir:str|Path) -> str:
     "The cache key part naming a base skills folder: the hash of every skill file's name and text."
     files = {p.name: p.read_text(encoding='utf-8') for p in sorted(Path(base_skills_dir).glob('*.md'))}
-    if not files: raise DataError(where('the base skills folder holds no skill files', 'Pass a version folder such as workspace/skills/v3', folder=base_skills_dir))
+    if not files:
+        raise DataError(
+            where('the base skills folder holds no skill files', 'Pass a version folder such as workspace/skills/v3',
+                  folder=base_skills_dir))
     return skill_hash(canonical_json(files))
 
 def base_view_sha(base_skills_dir:str|Path, # the base version folder
@@ -338,21 +381,26 @@ def _ladder_map(ladders, candidates:Mapping) -> dict[str, Ladder]:
     "The ladder of every candidate's task type."
     lmap = ladders.ladders if isinstance(ladders, GatePools) else dict(ladders)
     if missing := [tt for tt in candidates if tt not in lmap]:
-        raise ConfigError(where(f'no ladder for task type(s) {missing}', f'Frozen ladders exist for {sorted(lmap)}; gate only those types', field='ladders'))
+        raise ConfigError(
+            where(f'no ladder for task type(s) {missing}',
+                  f'Frozen ladders exist for {sorted(lmap)}; gate only those types', field='ladders'))
     return {tt: lmap[tt] for tt in candidates}
 
 def _check_widths(gates:dict, width:int):
     "Refuse a unit that needs more question slots than the pool has (it could never start)."
     for tt, g in gates.items():
         if (widest := max(len(u.questions) for u in g.units)) > width:
-            raise ConfigError(where(f'a unit of {tt} has {widest} questions but concurrency is {width}',
-                                    'Raise concurrency to at least the largest unit size', task_type=tt, field='concurrency'))
+            raise ConfigError(
+                where(f'a unit of {tt} has {widest} questions but concurrency is {width}',
+                      'Raise concurrency to at least the largest unit size', task_type=tt, field='concurrency'))
 
 def _workspace(base_skills_dir:Path, workspace) -> Path:
     "The workspace folder: given, or the one holding `skills/<version>`."
     if workspace is not None: return Path(workspace)
     if base_skills_dir.parent.name != 'skills':
-        raise ConfigError(where('cannot tell the workspace from the base skills folder', 'Pass workspace=... (candidate folders go under workspace/tmp)', folder=base_skills_dir))
+        raise ConfigError(
+            where('cannot tell the workspace from the base skills folder',
+                  'Pass workspace=... (candidate folders go under workspace/tmp)', folder=base_skills_dir))
     return base_skills_dir.parent.parent
 
 # %% ../nbs/13_validate.ipynb #6dcf579f
@@ -369,7 +417,8 @@ def gate_log_rows(outcomes:Mapping[str, ValidationOutcome], run_id:str, gate_id:
 def _check_round_args(candidates, run_id, gate_id, prompts_version):
     if not candidates: raise ConfigError(where('no candidates to gate', 'Pass {task_type: edit}', field='candidates'))
     for name, v in dict(run_id=run_id, prompts_version=prompts_version).items():
-        if not isinstance(v, str) or not v.strip(): raise ConfigError(where(f'{name} must be a non-blank string, got {v!r}', field=name))
+        if not isinstance(v, str) or not v.strip():
+            raise ConfigError(where(f'{name} must be a non-blank string, got {v!r}', field=name))
     _check_plain_id(gate_id, 'gate_id')
 
 def _use_cache(gates:dict, cache, base_sha:dict, prompts_version:str) -> set:
@@ -378,15 +427,18 @@ def _use_cache(gates:dict, cache, base_sha:dict, prompts_version:str) -> set:
     for tt, g in gates.items():
         for rank, u in enumerate(g.units):
             if cache is None or (ok := cache.get(tt, base_sha[tt], prompts_version, u.unit_id)) is None: continue
-            g.record(rank, 'base', UnitOutcome(ok, detail={'cached': True})); g.cache_hits += 1; hits.add((tt, rank))
+            g.record(rank, 'base', UnitOutcome(ok, detail={'cached': True}))
+            g.cache_hits += 1
+            hits.add((tt, rank))
     return hits
 
 def _final_outcomes(gates:dict, where_:dict) -> dict[str, ValidationOutcome]:
     "Every type's outcome; an `InfraError` when a type had all its units excluded."
     for tt, g in gates.items():
         if g.verdict is None or not g.verdict.final:
-            raise InfraError(where(f'all {len(g.units)} ladder units of {tt!r} were excluded: an arm failed with INFRA on every one',
-                                   'Fix the endpoint and resume the run; the step re-runs this gate', **where_, task_type=tt))
+            raise InfraError(
+                where(f'all {len(g.units)} ladder units of {tt!r} were excluded: an arm failed with INFRA on every one',
+                      'Fix the endpoint and resume the run; the step re-runs this gate', **where_, task_type=tt))
     return {tt: gate_outcome(g) for tt, g in gates.items()}
 
 # %% ../nbs/13_validate.ipynb #d8df3a8d
@@ -411,7 +463,10 @@ async def validate_skills_concurrent(
     "Gate every candidate concurrently on its ladder; consume paired outcomes in ladder order; one outcome per task type."
     _check_round_args(candidates, run_id, gate_id, prompts_version)
     base_dir, unit_list = Path(base_skills_dir), list(units)
-    gates = {tt: TypeGate(tt, ladder_units(l, unit_list), params[tt] if isinstance(params, Mapping) else params, consume) for tt, l in _ladder_map(ladders, candidates).items()}
+    gates = {
+        tt: TypeGate(tt, ladder_units(l, unit_list), params[tt] if isinstance(params, Mapping) else params, consume)
+        for tt, l in _ladder_map(ladders, candidates).items()
+    }
     slots = concurrency if isinstance(concurrency, Slots) else Slots(concurrency)
     _check_widths(gates, slots.width)
     root, where_ = candidates_root(_workspace(base_dir, workspace), gate_id), dict(run_id=run_id, gate_id=gate_id)
@@ -429,10 +484,13 @@ async def validate_skills_concurrent(
 # %% ../nbs/13_validate.ipynb #e00aee65
 def gate_summary(outcomes:Mapping[str, ValidationOutcome]) -> pl.DataFrame:
     "One row per gated task type: decision, W/L, units, e-values, deltas, shadow decisions, cache hits."
-    rows = [dict(task_type=tt, decision=o.decision, w=o.w, l=o.l, n_used=o.n_used, n_excluded=o.n_excluded, ladder_len=o.ladder_len,
-                 e_value=o.verdict.e_value, e_value_harm=o.verdict.e_value_harm, delta_hat=o.verdict.delta_hat,
-                 delta_shrunk=o.verdict.delta_shrunk, **{f'shadow_{k}': v for k, v in o.shadow.items()}, cache_hits=o.cache_hits)
-            for tt, o in outcomes.items()]
+    rows = [
+        dict(task_type=tt, decision=o.decision, w=o.w, l=o.l, n_used=o.n_used, n_excluded=o.n_excluded,
+             ladder_len=o.ladder_len, e_value=o.verdict.e_value, e_value_harm=o.verdict.e_value_harm,
+             delta_hat=o.verdict.delta_hat, delta_shrunk=o.verdict.delta_shrunk,
+             **{f'shadow_{k}': v
+                for k, v in o.shadow.items()}, cache_hits=o.cache_hits) for tt, o in outcomes.items()
+    ]
     return pl.DataFrame(rows).sort('delta_shrunk', descending=True)
 
 # %% ../nbs/13_validate.ipynb #30b633bc
@@ -458,16 +516,21 @@ def open_probation(outcome:ValidationOutcome, # the gate's accept_provisional ou
     "Open a probation from a provisional gate outcome."
     target = (edit if isinstance(edit, Edit) else parse_edit(edit)).target
     if outcome.decision != 'accept_provisional':
-        raise ConfigError(where(f'probation is for accept_provisional, the gate said {outcome.decision}', task_type=outcome.task_type))
+        raise ConfigError(
+            where(f'probation is for accept_provisional, the gate said {outcome.decision}',
+                  task_type=outcome.task_type))
     if target == DEFAULT_SKILL:
-        raise ConfigError(where('no probation for the shared _default.md skill', 'Only confirmed edits may change _default.md', task_type=outcome.task_type))
-    return Probation(outcome.task_type, anchor_version, candidate_version, dict(correctness_snapshot), outcome.w, outcome.l,
-                     outcome.n_used, 0, (edit,), tuple(outcome.paired))
+        raise ConfigError(
+            where('no probation for the shared _default.md skill', 'Only confirmed edits may change _default.md',
+                  task_type=outcome.task_type))
+    return Probation(outcome.task_type, anchor_version, candidate_version, dict(correctness_snapshot), outcome.w,
+                     outcome.l, outcome.n_used, 0, (edit, ), tuple(outcome.paired))
 
 # %% ../nbs/13_validate.ipynb #608d5e03
 def _check_extra(extra_w, extra_l):
     for name, v in dict(extra_w=extra_w, extra_l=extra_l).items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0: raise DataError(where(f'{name} must be a whole number >= 0, got {v!r}', field=name))
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise DataError(where(f'{name} must be a whole number >= 0, got {v!r}', field=name))
 
 def settle_probation(probation:Probation, # the probation to settle
                      extra_w:int, # new W from units the gate did not consume
@@ -476,13 +539,16 @@ def settle_probation(probation:Probation, # the probation to settle
                      max_rounds:int=2 # revert after this many rounds unconfirmed
                     ) -> str:
     "'confirm', 'revert' or 'keep' on the pooled counts of the same e-process."
-    _check_extra(extra_w, extra_l); check_count(max_rounds, 'max_rounds')
+    _check_extra(extra_w, extra_l)
+    check_count(max_rounds, 'max_rounds')
     return probation_decision(probation.w + extra_w, probation.l + extra_l, probation.rounds, max_rounds, params)
 
-def continue_probation(probation:Probation, extra_w:int, extra_l:int, extra_n:int, consumed:Iterable[str]=()) -> Probation:
+def continue_probation(probation: Probation, extra_w: int, extra_l: int, extra_n: int,
+                       consumed: Iterable[str] = ()) -> Probation:
     "The probation after a kept round: pooled counts, one more round, the newly paired units recorded."
     _check_extra(extra_w, extra_l)
-    if extra_n < extra_w + extra_l: raise DataError(where(f'{extra_w + extra_l} flips in {extra_n} units', field='extra_n'))
+    if extra_n < extra_w + extra_l:
+        raise DataError(where(f'{extra_w + extra_l} flips in {extra_n} units', field='extra_n'))
     return replace(probation, w=probation.w + extra_w, l=probation.l + extra_l, n_used=probation.n_used + extra_n,
                    rounds=probation.rounds + 1, consumed_units=probation.consumed_units + tuple(consumed))
 
@@ -491,11 +557,16 @@ def gate_run_id(run_id:str, gate_id:str, task_type:str, arm:str) -> str:
     "The inference run id of one arm of one task type's gate (carries the `_gate_` mark)."
     return f'{run_id}{GATE_RUN_MARK}{gate_id}_{skill_slug(task_type)}_{arm}'
 
-def unit_outcome_from_predictions(unit:QuestionUnit, # the unit evaluated
-                                  predictions:pl.DataFrame|list[dict] # rows with question_id, correct, stop_reason (a frame, or `HarnessLog.prediction_outcomes`)
-                                 ) -> UnitOutcome:
+def unit_outcome_from_predictions(
+    unit: QuestionUnit,  # the unit evaluated
+    predictions: pl.DataFrame
+    | list[dict]  # rows with question_id, correct, stop_reason (a frame, or `HarnessLog.prediction_outcomes`)
+) -> UnitOutcome:
     "The unit's outcome from its prediction rows: INFRA when a question is missing or stopped on INFRA."
-    rows = {r['question_id']: r for r in (predictions.iter_rows(named=True) if isinstance(predictions, pl.DataFrame) else predictions)}
+    rows = {
+        r['question_id']: r
+        for r in (predictions.iter_rows(named=True) if isinstance(predictions, pl.DataFrame) else predictions)
+    }
     stops = {q: rows[q]['stop_reason'] if q in rows else 'missing' for q in unit.question_ids}
     questions = {q: bool(rows[q]['correct']) for q in unit.question_ids if q in rows}
     detail = dict(questions=questions, stop_reasons=stops)
@@ -513,6 +584,9 @@ def inference_evaluator(log, # the HarnessLog run_inference writes to
     if infer is None: from treetrm.inference import run_inference as infer
     async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
         rid = gate_run_id(run_id, gate_id, unit.task_type, arm)
-        await infer(list(unit.questions), log=log, run_id=rid, skills_dir=skills_dir, **{'kind': 'gate', 'progress': False, 'retry_errors': True} | inference_kwargs)
-        return unit_outcome_from_predictions(unit, log.frame('predictions', rid).filter(pl.col('question_id').is_in(list(unit.question_ids))))
+        await infer(list(unit.questions), log=log, run_id=rid, skills_dir=skills_dir,
+                    **{'kind': 'gate', 'progress': False, 'retry_errors': True} | inference_kwargs)
+        return unit_outcome_from_predictions(
+            unit,
+            log.frame('predictions', rid).filter(pl.col('question_id').is_in(list(unit.question_ids))))
     return evaluate
