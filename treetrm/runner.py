@@ -4,748 +4,33 @@
 
 # %% ../nbs/17_runner.ipynb #03a4b3f3
 from __future__ import annotations
-import asyncio, contextvars, difflib, math, os, random, shutil, tempfile, time, uuid
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace, asdict
+import difflib, os, shutil, tempfile, uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 import polars as pl
 from fastcore.basics import patch
-from .core import (ConfigError, sweep_temp_files, DataError, InfraError, where, atomic_write_json, atomic_write_bytes, atomic_write_text, canonical_json, read_json, sha256_bytes, sha256_file,
-                          sha256_text, stable_seed, check_count, CallBudget, BudgetError)
-from .data import Question, QuestionUnit, load_questions, build_units, unit_correct, questions_fingerprint
-from .llm import telemetry_row, call_cost, ResponseCache
-from .skills import (Edit, DEFAULT_SKILL, VersionStore, init_workspace, load_manifest, set_current, set_best,
-                            set_prompts, skill_slug)
-from .agent import INFRA_STOP_REASONS, load_agent_prompts
-from .log import HarnessLog, check_run_id
-from .inference import run_inference, predictions_correctness, InferenceResult, answer_health
-from .diagnose import diagnose as diagnose_run, case_packs
-from .split import run_split, load_split, has_pools, pools_dir, make_providers, load_split_config, Split
-from .batching import BatchParams, build_batches
-from .config import ACCEPTANCE_RULES, DELIVER, DEFAULT_SPLIT, TrainConfig, train_config, Config, load_config, config_frame, runner_config
-from .gate import (GateParams, e_value_plus, confirm_log_threshold, min_effect_q_for, round_cap, flip_counts, more_wins, not_fewer_wins,
-                         margin_accepts, bayes_accepts, mcnemar_accepts)
-from .ladder import GATE_RUN_MARK, BaselineCache, Ladder, hash_order, build_ladders, freeze_gate_pools, load_gate_pools, phat_from_log, ladder_units
-from .validate import (validate_skills_concurrent, open_probation, settle_probation, continue_probation,
-                              unit_outcome_from_predictions, gate_run_id, materialised_candidates, candidates_root, UnitOutcome,
-                              base_view_sha)
-from .evolve import (propose_edits, Blacklist, classify_pairs, momentum_guidance, guidance_files, guidance_from_files, edit_texts,
-                            propose_prompt_edit, PROMPT_TARGET, PROMPT_TASK_TYPE)
-from .checkpoint import (TrainState, structural_parts, decision_fingerprint, save_checkpoint, load_checkpoint,
-                                rng_to_json, rng_from_json)
+from .core import ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes, CallBudget, BudgetError
+from .skills import load_manifest
+from .log import check_run_id
+from .inference import answer_health
+from .config import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
+from .checkpoint import TrainState, save_checkpoint, load_checkpoint
+from .calls import call_budget
+from .workspace import Workspace, BASELINE_RUN
+from .acceptance import ACCEPTANCE
+from .train_run import TrainRun, open_train_run, initial_state, role_usage
+from .train_loop import train_step, slow_update, final_phase, budget_spent, decision_entry, with_decision
 from . import report
 
 # %% auto #0
-__all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'TRAIN_ROLES', 'BASELINE_RUN', 'ACCEPTANCE', 'MIN_HISTORY_UNITS', 'filed_under',
-           'call_budget', 'current_run_id', 'request_key', 'CallRecorder', 'RecordedProvider',
-           'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early', 'probation_pairs',
-           'rule_kinds', 'GateRequest', 'Acceptance', 'base_arm_run_id', 'agent_prompts_key', 'base_view_key',
-           'rollout_run_id', 'Runner', 'gate_rule', 'full_validation_rule', 'greedy_rule', 'greedy_margin_rule',
-           'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule', 'gepa_veto_rule',
-           'agent_samples', 'probation_design', 'split_reserve', 'cap_ladder', 'evidence_cap', 'discordance_estimate',
-           'gate_history', 'type_gate_params', 'role_usage', 'forecast_usage', 'dual_metric_rows', 'holdout_rows',
-           'confirmed_rule_counts', 'decision_tally', 'delivered_version', 'TrainResult', 'skills_diff']
+__all__ = ['Runner', 'TrainResult', 'skills_diff']
 
-# %% ../nbs/17_runner.ipynb #ed286037
-CURRENT_RUN: contextvars.ContextVar = contextvars.ContextVar('treetrm_current_run', default=None)
+# %% ../nbs/17_runner.ipynb #de836d53
+class Runner(Workspace):
+    "One workspace with its stages: split, infer, eval, diagnose, train, promote, deliver best, final test, export."
 
-CALL_BUDGET: contextvars.ContextVar = contextvars.ContextVar('treetrm_call_budget', default=None)
-
-@contextmanager
-def filed_under(run_id:str):
-    "Model calls made inside are filed under `run_id` (sets `CURRENT_RUN`)."
-    token = CURRENT_RUN.set(run_id)
-    try: yield
-    finally: CURRENT_RUN.reset(token)
-
-@contextmanager
-def call_budget(budget:CallBudget|None):
-    "Every model call made inside takes from `budget` (sets `CALL_BUDGET`; None: no budget)."
-    token = CALL_BUDGET.set(budget)
-    try: yield
-    finally: CALL_BUDGET.reset(token)
-
-def current_run_id() -> str|None:
-    "The run that model calls made now are filed under."
-    return CURRENT_RUN.get()
-
-def request_key(role:str, model:str, messages, kw:Mapping) -> str:
-    "A stable hash of one model request (role, model, messages and call settings)."
-    return sha256_text(repr((role, model, messages, sorted(kw.items()))))
-
-class CallRecorder:
-    "Writes one `llm_calls` row per model call as it completes, filed under the current run."
-    def __init__(self, log:HarnessLog|None=None): self.log, self.seen = log, {}
-    def __call__(self, row:dict):
-        row = row | {'run_id': row.get('run_id') or current_run_id() or ''}
-        if key := row.pop('request_key', None):  # a wrapped provider's call: a replayable id (see above)
-            k = (row['run_id'], key, row.get('status'))
-            n = self.seen[k] = self.seen.get(k, -1) + 1
-            row['call_id'] = sha256_text(repr(k + (n,)))
-        self.log.insert_many({'llm_calls': [row]})
-    def flush(self) -> int:
-        "Nothing left to write: rows go to the log as calls complete (kept so callers may still flush)."
-        return 0
-
-# %% ../nbs/17_runner.ipynb #96334a52
-@dataclass
-class RecordedProvider:
-    "An `LLMProvider` that reports one telemetry row per call of the provider it wraps."
-    inner: object # the wrapped provider
-    role: str # agent, judge, evolver or vision
-    record: Callable # receives the telemetry row
-
-    @property
-    def model(self) -> str: return getattr(self.inner, 'model', '')
-    @property
-    def context_tokens(self) -> int|None: return getattr(self.inner, 'context_tokens', None)
-    @property
-    def max_tokens(self) -> int|None: return getattr(self.inner, 'max_tokens', None)
-
-    async def chat(self, messages, **kw):
-        "Call the wrapped provider and report the call; first take the call from the current `CALL_BUDGET`, if any."
-        if (budget := CALL_BUDGET.get()) is not None: budget.take()  # BudgetError before anything is sent
-        t0, call_id, key = time.monotonic(), uuid.uuid4().hex, request_key(self.role, self.model, messages, kw)
-        try: r = await self.inner.chat(messages, **kw)
-        except Exception as e:
-            self.record(telemetry_row(call_id=call_id, role=self.role, model=self.model, status='error', attempt=1, latency_s=time.monotonic() - t0, error=str(e)[:300]) | {'request_key': key}); raise
-        usage = dict(r.usage or {})
-        self.record(telemetry_row(call_id=call_id, role=self.role, model=r.model or self.model, status='ok', attempt=1,
-                                  latency_s=time.monotonic() - t0, cost=call_cost(r.model or self.model, usage), **usage) | {'request_key': key})
-        return r
-
-# %% ../nbs/17_runner.ipynb #543eb5e7
-def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> correct before the rollout
-                            batch_ids, # the batch's question ids
-                            predictions:pl.DataFrame, # the rollout's prediction rows
-                            run_id:str) -> dict[str,bool]:
-    "The correctness map updated with the rollout; `InfraError` when a batch question has no prediction."
-    got = dict(zip(predictions['question_id'].to_list(), predictions['correct'].fill_null(False).to_list()))
-    if missing := [q for q in batch_ids if q not in got]:
-        raise InfraError(where(f'{len(missing)} batch questions have no prediction (first: {missing[0]!r})', 'The rollout did not finish; resume the run', run_id=run_id))
-    return dict(correctness) | {q: bool(got[q]) for q in batch_ids}
-
-def guard_infra(predictions:pl.DataFrame, # the rollout's prediction rows
-                limit:float, # largest tolerated INFRA share
-                run_id:str):
-    "Raise `InfraError` when the INFRA share of a rollout is above `limit`."
-    n = predictions.height
-    bad = predictions.filter(pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS))).height
-    if n and bad / n > limit:
-        counts = dict(sorted(predictions.group_by('stop_reason').len().iter_rows()))
-        raise InfraError(where(f'{bad} of {n} rollout answers ended on an INFRA stop reason ({bad/n:.0%} > {limit:.0%}); by stop reason: {counts}',
-                               f'{answer_health(run_id, counts) or "Check the agent endpoint (see llm_calls)"} Then resume with the same run_id', run_id=run_id))
-
-# %% ../nbs/17_runner.ipynb #0d1a100e
-def tick_cooldowns(cooldowns:Mapping[str,int], # task type -> steps left before this step ended
-                   rejected, # task types rejected in this step
-                   steps:int # cooldown length
-                  ) -> dict[str,int]:
-    "Cooldowns after a step: old ones one step shorter, rejected types set to `steps`."
-    out = {t: n - 1 for t, n in cooldowns.items() if n > 1}
-    return dict(sorted((out | {t: steps for t in rejected if steps > 0}).items()))
-
-def should_stop_early(epochs_without_best:int, patience:int) -> bool:
-    "Stop when the best pointer has not moved for `patience` epochs."
-    return epochs_without_best >= patience
-
-# %% ../nbs/17_runner.ipynb #9156f3d4
-def probation_pairs(units, # the type's validation units
-                    snapshot:Mapping[str,bool], # question_id -> correct before the edit
-                    current:Mapping[str,bool], # question_id -> correct in R
-                    consumed=() # unit ids already paired
-                   ) -> tuple[int, int, list[str]]:
-    "W, L and the unit ids newly paired between the snapshot and R."
-    done, w, l, ids = set(consumed), 0, 0, []
-    for u in units:
-        if u.unit_id in done or not all(q in snapshot and q in current for q in u.question_ids): continue
-        b, c = unit_correct(u, snapshot), unit_correct(u, current)
-        w += (not b) and c; l += b and not c; ids.append(u.unit_id)
-    return w, l, ids
-
-# %% ../nbs/17_runner.ipynb #73f91cb4
-def rule_kinds(world:dict|None, # a parsed world.json (None: not a sim world)
-               task_type:str, edit:Edit) -> list[str]:
-    "The kind of every world rule the edit adds ('unknown' when none matches)."
-    rules = ((world or {}).get('task_types', {}).get(task_type) or {}).get('rules', [])
-    text = ' '.join(edit_texts(edit))
-    return [r['kind'] for r in rules if r['text'] in text] or ['unknown']
-
-# %% ../nbs/17_runner.ipynb #6ab3c174
-@dataclass(frozen=True)
-class GateRequest:
-    "What an acceptance rule gets for one step."
-    run_id: str # the training run (internal id)
-    gate_id: str # this step's gate, e.g. e1s3
-    candidates: dict # task type -> Edit of the base skills
-    base_version: str # the skills version the edits apply to
-    prompts_version: str|None # the prompts version of both arms
-    ladders: dict # task type -> frozen Ladder of this epoch
-    units: tuple # the validation units
-    params: GateParams|dict # the frozen gate settings, or task type -> its settings (`type_gate_params`)
-    batch: tuple = () # the step's batch questions
-    rollout: dict = field(default_factory=dict) # question_id -> correct of the rollout (base skills on the batch)
-    reuse_base: bool = True # base arms keyed by what the agent reads (False: by version names, no BaselineCache)
-    temperature: float = 0.0 # the agent's sampling temperature in both arms
-
-@dataclass(frozen=True)
-class Acceptance:
-    "One task type's acceptance decision, in the gate's vocabulary."
-    task_type: str
-    decision: str # accept_confirmed, accept_provisional, or a reject_* decision
-    w: int = 0 # discordant wins of the candidate
-    l: int = 0 # discordant losses
-    n_used: int = 0 # paired units looked at
-    e_value: float|None = None # the gate's E+ (None for rules without one)
-    candidate_correct: dict = field(default_factory=dict) # question_id -> correct on the candidate (validation)
-    consumed: tuple = () # unit ids paired
-    outcome: object = None # the gate's ValidationOutcome, when the rule is the gate
-
-    @property
-    def accepted(self) -> bool: return self.decision.startswith('accept')
-
-# %% ../nbs/17_runner.ipynb #d7f681f5
-def base_arm_run_id(run_id:str, # the training run
-                    view_key:str, # `base_view_key`: what the agent reads of the base skills and prompts
-                    task_type:str) -> str:
-    "The run id of the base arm for what the agent reads for one task type (carries the `_gate_` mark)."
-    return f'{run_id}{GATE_RUN_MARK}base_{view_key[:12]}_{skill_slug(task_type)}'
-
-def agent_prompts_key(prompts_dir:str|Path|None) -> str:
-    "A hash of the agent's prompt texts (the evolver's guidance in the same version does not change it)."
-    return sha256_text(canonical_json(load_agent_prompts(prompts_dir).texts))
-
-def base_view_key(skills_dir:str|Path, task_type:str, mode:str, prompts_dir:str|Path|None) -> str:
-    "What the agent reads when it answers a task type's questions: its skills view and its prompts."
-    return sha256_text(base_view_sha(skills_dir, task_type, mode) + agent_prompts_key(prompts_dir))
-
-def rollout_run_id(run_id:str, gate_id:str) -> str:
-    "The run id of a step's rollout (the current skills on the step's batch)."
-    return f'{run_id}_{gate_id}_rollout'
-
-# %% ../nbs/17_runner.ipynb #aa881b8f
-TRAIN_ROLES = ('agent', 'judge', 'evolver')
-
-def _providers(backend, data_dir, seed, recorder, providers, cache=None) -> dict:
-    "The role providers, each reporting its calls to `recorder`; on 'openai' all share the workspace's response cache."
-    if providers is not None: return {r: RecordedProvider(p, r, recorder) for r, p in providers.items()}
-    if backend == 'openai':
-        out = make_providers('openai', roles=TRAIN_ROLES, telemetry=recorder, cache=cache)
-        try: return out | make_providers('openai', roles=('vision',), telemetry=recorder, cache=cache)  # optional: observe_frame on real frames
-        except ConfigError: return out
-    return {r: RecordedProvider(p, r, recorder) for r, p in make_providers(backend, world_dir=data_dir, roles=TRAIN_ROLES, seed=seed).items()}
-
-class Runner:
-    "One workspace: infer, eval, diagnose, split, train, promote, deliver best, final test."
-    def __init__(self, workspace:str|Path, # the experiment folder (created when missing)
-                 *, backend:str='sim', # 'sim' (offline planted-truth world) or 'openai' (TREETRM_<ROLE>_* endpoints)
-                 data_dir:str|Path|None=None, # benchmark folder with questions.jsonl and trees/; on 'sim' the world (default: the trees' parent, else the demo world)
-                 questions:str|Path|None=None, # the questions as they are: Video-MME parquet or json, jsonl, or a folder of <video>.json (default: data_dir/questions.jsonl)
-                 trees_dir:str|Path|None=None, # folder of <videoID>/tree.json (default: data_dir/trees)
-                 config:Config|TrainConfig|dict|str|Path|None=None, # a Config, its YAML file or a dict of its sections; or the training settings alone
-                 split_config:dict|None=None, # split settings beside training settings alone (default DEFAULT_SPLIT)
-                 seed:int=0, # run seed: sampling, batches, sim roles
-                 concurrency:int=8, # questions (and judge/evolver calls) in flight
-                 providers:dict|None=None, # role -> provider, overriding the backend (tests)
-                 response_cache:bool=True, # 'openai': replies kept in <workspace>/cache/responses.sqlite, so a resumed run re-bills nothing
-                 progress:bool=True): # show progress bars
-        from treetrm.sim import ensure_demo_world, BACKENDS
-        if providers is None and backend not in BACKENDS:
-            raise ConfigError(where(f'unknown backend {backend!r}', f'Use one of {", ".join(BACKENDS)}', field='backend'))
-        self.workspace, self.backend, self.seed, self.progress = Path(workspace), backend, seed, progress
-        self.concurrency = check_count(concurrency, 'concurrency')
-        self.settings = runner_config(config, split_config)
-        self.config, self.split_config, self.skill_mode = self.settings.train, self.settings.split, self.settings.skill_mode
-        self.data_dir = Path(data_dir) if data_dir is not None else Path(trees_dir).parent if trees_dir is not None else ensure_demo_world()
-        self.questions_path = Path(questions) if questions is not None else self.data_dir/'questions.jsonl'
-        self.trees_dir = Path(trees_dir) if trees_dir is not None else self.data_dir/'trees'
-        self.questions = load_questions(self.questions_path)
-        self.by_id = {q.question_id: q for q in self.questions}
-        self.recorder = CallRecorder()  # its log is opened below, once everything is checked
-        self.cache = ResponseCache(self.workspace/'cache'/'responses.sqlite') if response_cache and backend == 'openai' else None  # the file is made on first use
-        self.providers = _providers(backend, self.data_dir, seed, self.recorder, providers, self.cache)
-        self.manifest = init_workspace(self.workspace)  # the first write
-        sweep_temp_files(self.workspace)  # what a kill mid-write left (this runner is the workspace's writer)
-        self.log = self.recorder.log = HarnessLog(self.workspace/'harness.db')
-        self.skills, self.prompts = VersionStore(self.workspace, 'skills'), VersionStore(self.workspace, 'prompts')
-
-    def __repr__(self): return f'Runner({str(self.workspace)!r}, backend={self.backend!r}, data_dir={str(self.data_dir)!r})'
-
-# %% ../nbs/17_runner.ipynb #84ec66b1
-@patch
-def resolve_version(self:Runner, version:str) -> str:
-    "A skills version name from 'best', 'current', 'seed' or vN."
-    m = load_manifest(self.workspace)
-    named = {'best': m.skills_best, 'current': m.skills_current, 'seed': self.skills.versions()[0]}
-    return named.get(version) or self.skills.path(version).name
-
-@patch
-async def _infer(self:Runner, questions, run_id:str, skills_version:str|None=None, *, kind:str='infer', skills_dir=None,
-                 prompts_version:str|None=None, progress:bool|None=None, summarise:bool=True,
-                 by_content:bool=False, # the run id names what the agent reads: no version is recorded
-                 temperature:float=0.0 # the agent's sampling temperature
-                ) -> InferenceResult|None:
-    "Run the agent on `questions` under `run_id` (resumable), filing its model calls under the run."
-    token = CURRENT_RUN.set(run_id)
-    try:
-        pv = prompts_version or load_manifest(self.workspace).prompts_version
-        return await run_inference(list(questions), trees_dir=self.trees_dir, provider=self.providers['agent'], log=self.log, run_id=run_id,
-                                   skills_dir=skills_dir or self.skills.path(skills_version), concurrency=self.concurrency, max_steps=self.config.max_steps, mode=self.skill_mode,
-                                   seed=self.seed, kind=kind, skills_version=None if by_content else skills_version, prompts_version=None if by_content else pv, vision=self.providers.get('vision'),
-                                   progress=self.progress if progress is None else progress, prompts_dir=self.prompts.path(pv) if pv else None,
-                                   retry_errors=True, summarise=summarise, temperature=temperature)
-    finally: CURRENT_RUN.reset(token); self.recorder.flush()
-
-# %% ../nbs/17_runner.ipynb #c76c73f4
-BASELINE_RUN = 'baseline'
-
-@patch
-async def split(self:Runner, config:dict|None=None, # split settings (default: the runner's)
-                dry_run:bool=False) -> Split:
-    "The workspace's frozen pools, made first (baseline, diagnosis, split) when missing."
-    cfg = load_split_config(config) if config is not None else self.split_config
-    if has_pools(self.workspace) and not dry_run: return load_split(pools_dir(self.workspace))
-    token = CURRENT_RUN.set(BASELINE_RUN)
-    try:
-        return await run_split(self.workspace, questions_path=self.questions_path, trees_dir=self.trees_dir,
-                               skills_dir=self.skills.path(self.resolve_version('seed')), agent=self.providers['agent'], judge=self.providers['judge'],
-                               config=cfg, log=self.log, dry_run=dry_run, concurrency=self.concurrency, baseline_run_id=BASELINE_RUN, progress=self.progress,
-                               max_steps=self.config.max_steps)
-    finally: CURRENT_RUN.reset(token); self.recorder.flush()
-
-@patch
-def pool(self:Runner, name:str) -> list[Question]:
-    "The questions of a frozen pool ('test', 'validation' or 'diagnosis')."
-    if not has_pools(self.workspace): raise ConfigError(where('the workspace has no frozen pools yet', 'Run `await runner.split()` first', folder=self.workspace))
-    return [self.by_id[q] for q in load_split(pools_dir(self.workspace)).questions(name)]
-
-# %% ../nbs/17_runner.ipynb #424d932e
-@patch
-async def infer(self:Runner, questions=None, # Questions or ids (default: the whole benchmark)
-                *, run_id:str, skills_version:str='current', kind:str='infer') -> InferenceResult:
-    "Run the agent with a skills version on some questions; resumable by run id."
-    qs = [self.by_id[q] if isinstance(q, str) else q for q in (questions if questions is not None else self.questions)]
-    v = self.resolve_version(skills_version)
-    return await self._infer(qs, check_run_id(run_id), v, kind=kind)
-
-@patch
-async def eval(self:Runner, skills_version:str='best', # a version, or 'best', 'current', 'seed'
-               pool:str='test', # the frozen pool to evaluate on
-               run_id:str|None=None # default: eval_<pool>_<version>
-              ) -> InferenceResult:
-    "Evaluate a skills version on a frozen pool; the run records the version it used."
-    v = self.resolve_version(skills_version)
-    return await self._infer(self.pool(pool), run_id or f'eval_{pool}_{v}', v, kind='eval')
-
-@patch
-async def diagnose(self:Runner, run_id:str=BASELINE_RUN, skills_version:str='seed'):
-    "Diagnose every wrong answer of a run with the judge (resumable); a `DiagnosisResult`."
-    token = CURRENT_RUN.set(run_id)
-    try:
-        qs = [self.by_id[q] for q in self.log.predictions(run_id)['question_id'].to_list()]
-        return await diagnose_run(qs, log=self.log, baseline_run_id=run_id, judge=self.providers['judge'],
-                                  skills_dir=self.skills.path(self.resolve_version(skills_version)), concurrency=self.concurrency,
-                                  trees_dir=self.trees_dir)
-    finally: CURRENT_RUN.reset(token); self.recorder.flush()
-
-# %% ../nbs/17_runner.ipynb #9ce05798
-@patch
-def promote(self:Runner, version:str, run:str|None=None) -> str:
-    "Make `version` the current and the best skills version."
-    v = self.resolve_version(version)
-    set_current(self.workspace, v, run, event='promote'); set_best(self.workspace, v, run, event='promote')
-    return v
-
-@patch
-def deliver_best(self:Runner, run:str|None=None) -> str:
-    "Make the best skills version current; returns it."
-    v = load_manifest(self.workspace).skills_best
-    set_current(self.workspace, v, run, event='deliver_best')
-    return v
-
-# %% ../nbs/17_runner.ipynb #3be65199
-@patch
-def prompts_dir(self:Runner, prompts_version:str|None) -> Path|None:
-    "The agent prompts folder of a prompts version (None: the default prompts)."
-    return self.prompts.path(prompts_version) if prompts_version else None
-
-@patch
-def base_key(self:Runner, req:GateRequest, task_type:str) -> str:
-    "`base_view_key` of a request's base skills for one task type (with `reuse_base` off: of its version names)."
-    if not req.reuse_base: return sha256_text(f'{req.base_version}/{req.prompts_version}')
-    return base_view_key(self.skills.path(req.base_version), task_type, self.skill_mode, self.prompts_dir(req.prompts_version))
-
-@patch
-@contextmanager
-def baseline_cache(self:Runner, req:GateRequest):
-    "The training run's `BaselineCache`, open for one gate round (None with `reuse_base` off)."
-    if not req.reuse_base:
-        yield None
-        return
-    scope = canonical_json(dict(model=getattr(self.providers['agent'], 'model', ''), max_steps=self.config.max_steps, mode=self.skill_mode,
-                                temperature=req.temperature))
-    cache = BaselineCache(self.workspace/'cache'/f'baseline-{req.run_id}.sqlite', scope=sha256_text(scope))
-    try: yield cache
-    finally: cache.close()
-
-# %% ../nbs/17_runner.ipynb #02e80677
-@patch
-def unit_evaluator(self:Runner, req:GateRequest):
-    "An `evaluate(unit, arm, skills_dir)` over `run_inference` with resumable, decision-stable run ids."
-    async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
-        base = arm == 'base'
-        if base: rid = base_arm_run_id(req.run_id, self.base_key(req, unit.task_type), unit.task_type)
-        else: rid = gate_run_id(req.run_id, req.gate_id, unit.task_type, arm)
-        ids = list(unit.question_ids)
-        rows = self.log.prediction_outcomes(rid, ids)
-        if sum(r['stop_reason'] != 'error' for r in rows) < len(ids):  # not answered before (a base arm is, once per content)
-            await self._infer(unit.questions, rid, req.base_version if base else None, kind='gate', skills_dir=skills_dir, by_content=base and req.reuse_base,
-                              temperature=req.temperature,
-                              prompts_version=req.prompts_version, progress=False, summarise=False)
-            rows = self.log.prediction_outcomes(rid, ids)
-        return unit_outcome_from_predictions(unit, rows)
-    return evaluate
-
-async def gate_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
-    "The anytime-valid sequential gate over every candidate at once (DESIGN §7)."
-    with runner.baseline_cache(req) as cache:
-        outs = await validate_skills_concurrent(req.candidates, ladders=req.ladders, units=req.units, evaluate=runner.unit_evaluator(req),
-                                                base_skills_dir=runner.skills.path(req.base_version), concurrency=runner.concurrency,
-                                                run_id=req.run_id, gate_id=req.gate_id, prompts_version=agent_prompts_key(runner.prompts_dir(req.prompts_version)),
-                                                params=req.params, log=runner.log, gate_guard_err=runner.config.gate_guard_err,
-                                                workspace=runner.workspace, baseline_cache=cache, skill_mode=runner.skill_mode)
-    return {t: Acceptance(t, o.decision, o.w, o.l, o.n_used, o.verdict.e_value, o.candidate_questions(), tuple(o.paired), o) for t, o in outs.items()}
-
-# %% ../nbs/17_runner.ipynb #12488030
-async def _paired_runs(runner:Runner, req:GateRequest, units_of:dict, arm:str='cand', base_outcome:Callable|None=None) -> dict:
-    "task type -> [(unit, base UnitOutcome, candidate UnitOutcome)] over `units_of[task_type]`; `base_outcome(unit)` replaces the base arm's run."
-    evaluate, sem = runner.unit_evaluator(req), asyncio.Semaphore(runner.concurrency)
-    async def one(u, a, d):
-        if a == 'base' and base_outcome is not None: return base_outcome(u)
-        async with sem: return await evaluate(u, a, d)
-    with materialised_candidates(req.candidates, runner.skills.path(req.base_version), candidates_root(runner.workspace, f'{req.gate_id}_{arm}')) as dirs:
-        base_dir = runner.skills.path(req.base_version)
-        jobs = [(t, u, asyncio.ensure_future(asyncio.gather(one(u, 'base', base_dir), one(u, arm, dirs[t])))) for t, us in units_of.items() for u in us]
-        try: await asyncio.gather(*(j for _, _, j in jobs))
-        finally:  # a failure (a spent budget) cancels the rest: no task outlives the rule
-            for _, _, j in jobs: j.cancel()
-            await asyncio.gather(*(j for _, _, j in jobs), return_exceptions=True)
-        done = {t: [j.result() for tt, _, j in jobs if tt == t] for t in units_of}
-    return {t: [(u, b, c) for u, (b, c) in zip(units_of[t], done[t]) if not (b.infra or c.infra)] for t in units_of}
-
-def _flips(triples) -> tuple[int, int, int]:
-    "W, L and n of (unit, base outcome, candidate outcome) triples."
-    return *flip_counts((b.correct, c.correct) for _, b, c in triples), len(triples)
-
-def _acceptance(t, decision, triples) -> Acceptance:
-    w, l, n = _flips(triples)
-    cand = {q: ok for _, _, c in triples for q, ok in c.detail.get('questions', {}).items()}
-    return Acceptance(t, decision, w, l, n, float(e_value_plus(w, l)), cand, tuple(u.unit_id for u, _, _ in triples))
-
-def _ladders_of(req:GateRequest) -> dict:
-    return {t: ladder_units(req.ladders[t], req.units) for t in req.candidates}
-
-async def full_validation_rule(runner:Runner, req:GateRequest, accepts:Callable) -> dict[str, Acceptance]:
-    "Pair both arms on every ladder unit, then accept a type's edit when `accepts(W, L)` (a rule of `treetrm.gate`)."
-    runs = await _paired_runs(runner, req, _ladders_of(req))
-    decide = lambda tr: 'accept_confirmed' if accepts(*_flips(tr)[:2]) else 'reject_inertia'
-    return {t: _acceptance(t, decide(tr), tr) for t, tr in runs.items()}
-
-async def greedy_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
-    "Accept when the candidate's accuracy over the whole ladder is higher than the base's (W > L)."
-    return await full_validation_rule(runner, req, more_wins)
-
-async def greedy_margin_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
-    "Greedy full validation with a margin: accept when W - L over the whole ladder exceeds sqrt(W + L)."
-    return await full_validation_rule(runner, req, margin_accepts)
-
-async def bayes_rule(runner:Runner, req:GateRequest, threshold:float=0.9) -> dict[str, Acceptance]:
-    "Bayesian full validation: accept when P(the candidate is better | W, L over the whole ladder) >= `threshold`."
-    return await full_validation_rule(runner, req, lambda w, l: bayes_accepts(w, l, threshold))
-
-async def fixed_n_rule(runner:Runner, req:GateRequest, alpha:float=0.05) -> dict[str, Acceptance]:
-    "Accept when the exact one-sided McNemar test over the whole ladder gives p <= alpha."
-    return await full_validation_rule(runner, req, lambda w, l: mcnemar_accepts(w, l, alpha))
-
-# %% ../nbs/17_runner.ipynb #6b05745a
-async def gepa_rule(runner:Runner, req:GateRequest, minibatch:int=3,
-                    veto_lower:bool|None=True # reject a survivor whose full validation pass is lower (False: pass paid, no veto; None: no pass)
-                   ) -> dict[str, Acceptance]:
-    "GEPA: strict improvement on a 3-question minibatch, then (unless `veto_lower` is None) a full validation pass."
-    mini = {t: build_units([q for q in req.batch if q.task_type == t][:minibatch]) for t in req.candidates}
-    rollout = runner.log.predictions(rollout_run_id(req.run_id, req.gate_id))
-    from_rollout = lambda u: unit_outcome_from_predictions(u, rollout.filter(pl.col('question_id').is_in(list(u.question_ids))))
-    runs = await _paired_runs(runner, req, mini, arm='mini', base_outcome=from_rollout)
-    better = lambda tr: more_wins(*_flips(tr)[:2])
-    passed = [t for t in req.candidates if better(runs[t])]
-    out = {t: _acceptance(t, 'reject_minibatch', runs[t]) for t in req.candidates if t not in passed}
-    if veto_lower is None: return dict(sorted((out | {t: _acceptance(t, 'accept_confirmed', runs[t]) for t in passed}).items()))
-    if passed:
-        full = await _paired_runs(runner, replace(req, candidates={t: req.candidates[t] for t in passed}), {t: _ladders_of(req)[t] for t in passed})
-        out |= {t: _acceptance(t, 'accept_confirmed' if not veto_lower or not_fewer_wins(*_flips(tr)[:2]) else 'reject_inertia', tr) for t, tr in full.items()}
-    return dict(sorted(out.items()))
-
-async def gepa_pool_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
-    "GEPA as written: strict improvement on a 3-question minibatch; the full validation pass scores, never vetoes."
-    return await gepa_rule(runner, req, veto_lower=False)
-
-async def gepa_minibatch_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
-    "GEPA's acceptance alone: strict improvement on a 3-question minibatch, no validation pass (none is paid for)."
-    return await gepa_rule(runner, req, veto_lower=None)
-
-async def gepa_veto_rule(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
-    "GEPA's minibatch rule, then a full validation pass that must not be lower than the base's."
-    return await gepa_rule(runner, req, veto_lower=True)
-
-ACCEPTANCE = {'gate': gate_rule, 'gepa': gepa_minibatch_rule, 'gepa_veto': gepa_veto_rule, 'greedy': greedy_rule,
-              'greedy_margin': greedy_margin_rule, 'fixed_n': fixed_n_rule, 'bayes': bayes_rule, 'gepa_pool': gepa_pool_rule}
-
-# %% ../nbs/17_runner.ipynb #7bb1737c
-@dataclass
-class _TrainRun:
-    "The fixed context of one training run."
-    run_id: str # as the user named it
-    rid: str # internal run id (differs after fresh=True)
-    dir: Path # workspace/runs/<run_id>
-    config: TrainConfig
-    start: str # the skills version training starts from
-    diag: list; val: list; test: list # the pools' questions
-    val_units: list # validation units
-    gated: set # task types with enough validation units to gate
-    world: dict|None # world.json of a sim world
-    rule: Callable # the acceptance rule
-    parts: dict # structural parts
-    evidence: str = 'fresh' # the probation evidence in force: 'fresh' or 'snapshot' (`probation_design`)
-    reserve_share: float = 0.0 # share of each type's units held out of the gate for snapshot probations
-    show: bool = False # display reports inline
-    on_event: Callable|None = None # on_event(name, info) after each side effect (progress, tests)
-
-    @property
-    def checkpoint(self) -> Path: return self.dir/'checkpoint.json'
-    @property
-    def figures(self) -> Path: return self.dir/'figures'
-    def pools_file(self, epoch:int) -> Path: return self.dir/f'gate_pools_e{epoch}.json'
-    def evidence_cap(self, task_type:str) -> int:
-        "Most units the type's e-process can pair in this run."
-        rounds = self.config.probation_rounds if self.evidence == 'fresh' else 0
-        return evidence_cap(sum(u.task_type == task_type for u in self.val_units), rounds)
-    def thresholds(self) -> dict[str, float]:
-        "Task type -> the E+ level that confirms its edits in this run (what the step report draws)."
-        level = lambda t: math.exp(confirm_log_threshold(replace(self.config.gate, evidence_cap=self.evidence_cap(t))))
-        return {t: level(t) if self.config.calibrate else 1/self.config.gate.alpha for t in sorted(self.gated)}
-    def event(self, name:str, **info):
-        if self.on_event: self.on_event(name, info)
-
-def _attempt_id(runs_dir:Path, run_id:str, fresh:bool) -> str:
-    "Archive the run's folder when `fresh`; the internal run id of the attempt that follows."
-    d = runs_dir/run_id
-    archived = lambda: sorted(runs_dir.glob(f'{run_id}.archived-*'))
-    if fresh and d.exists(): d.rename(runs_dir/f'{run_id}.archived-{len(archived()) + 1}')
-    n = len(archived()) + 1
-    return run_id if n == 1 else f'{run_id}~{n}'
-
-# %% ../nbs/17_runner.ipynb #d290e888
-def agent_samples(backend:str, temperature:float) -> bool:
-    "Whether two runs of the agent are independent draws: the sim backend's agent, or a temperature above 0."
-    return backend == 'sim' or temperature > 0
-
-def probation_design(config:TrainConfig, # the run's settings
-                     backend:str # the runner's backend
-                    ) -> tuple[str, float]:
-    "(probation evidence in force, share of each type's units held out of the gate)."
-    samples = agent_samples(backend, config.temperature)
-    if config.probation_evidence == 'fresh' and not samples:
-        raise ConfigError(where(f'probation_evidence=fresh needs an agent that samples, but the {backend} agent runs at '
-                                f'temperature {config.temperature}: its repeated draws would repeat the gate\'s pairs',
-                                'Set train.temperature above 0, or use probation_evidence=auto or snapshot', field='probation_evidence'))
-    fresh = config.probation_evidence == 'fresh' or (config.probation_evidence == 'auto' and samples)
-    evidence = 'fresh' if fresh else 'snapshot'
-    share = config.probation_share if config.probation_share is not None else (0.0 if evidence == 'fresh' else 1/3)
-    return evidence, share
-
-# %% ../nbs/17_runner.ipynb #b7523051
-@patch
-def _train_run(self:Runner, run_id:str, cfg:TrainConfig, start:str, fresh:bool, show:bool, on_event) -> _TrainRun:
-    "The fixed context of a training run (archiving the old attempt when `fresh`)."
-    rid = _attempt_id(self.workspace/'runs', run_id, fresh)
-    diag, val, test = (self.pool(p) for p in ('diagnosis', 'validation', 'test'))
-    units = build_units(val)
-    sizes = {t: sum(u.task_type == t for u in units) for t in {u.task_type for u in units}}
-    world = read_json(self.data_dir/'world.json') if (self.data_dir/'world.json').exists() else None
-    rule = ACCEPTANCE[cfg.acceptance] if isinstance(cfg.acceptance, str) else cfg.acceptance
-    parts = structural_parts(questions_sha=questions_fingerprint(self.questions_path, self.questions), pools_sha=sha256_file(pools_dir(self.workspace)/'pools.json'),
-                             config=cfg.to_dict(), gate_params=asdict(cfg.gate), seed=self.seed, backend=self.backend, run_id=rid, start=start,
-                             skill_mode=self.skill_mode)
-    evidence, share = probation_design(cfg, self.backend)
-    return _TrainRun(run_id, rid, self.workspace/'runs'/run_id, cfg, start, diag, val, test, units,
-                     {t for t, n in sizes.items() if n >= cfg.min_ladder_units}, world, rule, parts, evidence, share, show, on_event)
-
-# %% ../nbs/17_runner.ipynb #2d6b18fd
-def _accuracy(correctness:Mapping[str,bool], questions) -> float:
-    "Mean correctness over `questions`."
-    return sum(bool(correctness[q.question_id]) for q in questions) / max(len(questions), 1)
-
-@patch
-async def _start_correctness(self:Runner, r:_TrainRun) -> tuple[dict, str]:
-    "(question_id -> correct on the diagnosis and validation pools, the run it came from) for the start version."
-    qs = r.diag + r.val
-    same = self.skills.read_files(r.start) == self.skills.read_files(self.resolve_version('seed'))
-    run = BASELINE_RUN if same else f'{r.rid}_init'
-    if not same: await self._infer(qs, run, r.start, kind='init', temperature=r.config.temperature)
-    got = predictions_correctness(self.log, run)
-    if missing := [q.question_id for q in qs if q.question_id not in got]:
-        raise DataError(where(f'{len(missing)} pool questions have no prediction in run {run!r} (first: {missing[0]!r})', 'Run the split again in this workspace, or start fresh', run_id=run))
-    return {q.question_id: bool(got[q.question_id]) for q in qs}, run
-
-@patch
-async def _initial_state(self:Runner, r:_TrainRun) -> TrainState:
-    "The state before the first step: correctness, best pointer, p̂, epoch 1's batches and ladders, the forecast."
-    correctness, run = await self._start_correctness(r)
-    phat = phat_from_log(self.log, [run], r.val_units, r.config.gamma, INFRA_STOP_REASONS)
-    pv = load_manifest(self.workspace).prompts_version
-    set_current(self.workspace, r.start, r.rid, event='train_start'); set_best(self.workspace, r.start, r.rid, event='train_start')
-    s = TrainState(r.rid, r.parts, r.start, r.start, pv, correctness, best_accuracy=_accuracy(correctness, r.val), phat=phat,
-                   rng_state=rng_to_json(random.Random(stable_seed(self.seed, r.rid, 'train'))), validation_run=run)
-    s = self._start_epoch(r, s, 1)
-    return replace(s, forecast=self.forecast(r, s, run))
-
-# %% ../nbs/17_runner.ipynb #2e111cf8
-def split_reserve(units, # validation units of the gated task types
-                  share:float, # share of each type's units to hold out
-                  seed:int # the run's reserve seed
-                 ) -> tuple[list, set]:
-    "(units for the gate, ids of the units held out for probations), drawn per task type by a seeded hash."
-    reserve = set()
-    for t in sorted({u.task_type for u in units}):
-        ids = hash_order([u.unit_id for u in units if u.task_type == t], seed)
-        reserve |= set(ids[:round(share * len(ids))])
-    return [u for u in units if u.unit_id not in reserve], reserve
-
-def cap_ladder(ladder:Ladder, cap:int|None) -> Ladder:
-    "The ladder's first `cap` units (all when `cap` is None); the cut is recorded as dropped 'beyond_cap'."
-    if cap is None or len(ladder) <= cap: return ladder
-    return Ladder(ladder.task_type, ladder.unit_ids[:cap], ladder.mode, ladder.phat[:cap] if ladder.phat else (),
-                  dict(ladder.dropped) | {'beyond_cap': len(ladder) - cap}, dict(ladder.params) | {'cap': cap})
-
-@patch
-def _start_epoch(self:Runner, r:_TrainRun, s:TrainState, epoch:int) -> TrainState:
-    "The state at the start of `epoch`: batch plan, frozen ladders, correctness snapshot."
-    rng = rng_from_json(s.rng_state)
-    batches = build_batches(r.diag, s.correctness, replace(r.config.batch, seed=rng.randrange(2**31)))
-    units, _ = split_reserve([u for u in r.val_units if u.task_type in r.gated], r.reserve_share, stable_seed(self.seed, r.rid, 'reserve'))
-    baseline = {u.unit_id: unit_correct(u, s.correctness) for u in units}
-    ladders = build_ladders(units, s.phat if epoch > 1 else None, p_low=r.config.p_low, p_high=r.config.p_high,
-                            baseline=baseline, seed=stable_seed(self.seed, r.rid, epoch)) if units else {}
-    ladders = {t: cap_ladder(l, r.config.ladder_cap) for t, l in ladders.items()}
-    pools = freeze_gate_pools(r.pools_file(epoch), ladders)
-    return replace(s, epoch=epoch, step=0, phase='steps' if batches else 'slow', batches=tuple(tuple(b) for b in batches),
-                   epoch_start_correctness={q.question_id: s.correctness[q.question_id] for q in r.diag},
-                   rng_state=rng_to_json(rng), ladders_fingerprint=pools.fingerprint)
-
-# %% ../nbs/17_runner.ipynb #ca3e5a2a
-def evidence_cap(n_units:int, # the type's validation units
-                 fresh_rounds:int=0 # probation rounds that draw all of them afresh (0 with snapshot evidence)
-                ) -> int:
-    "Most units a type's e-process can pair in a run: the gate's pass plus the fresh probation rounds, rounded up to 20."
-    return round_cap(max(1, n_units) * (1 + fresh_rounds))
-
-MIN_HISTORY_UNITS = 100
-
-def discordance_estimate(ladder:Ladder, # the type's frozen ladder
-                         history=() # (W, L, n_used) of the run's earlier gate decisions
-                        ) -> float:
-    "Expected share of discordant units: the earlier gates' pooled rate, else mean 2p̂(1 - p̂) over the ladder."
-    w, l, n = (sum(h[i] for h in history) for i in range(3))
-    if n >= MIN_HISTORY_UNITS: return max(0.05, (w + l) / n)
-    phat = ladder.phat or (0.5,)
-    return max(0.05, sum(2*p*(1 - p) for p in phat) / len(phat))
-
-def gate_history(decisions) -> list[tuple[int, int, int]]:
-    "(W, L, n_used) of every gate decision in a decision log."
-    return [(d.get('w', 0), d.get('l', 0), d['n_used']) for d in decisions if d['kind'] == 'gate' and d.get('n_used')]
-
-def type_gate_params(config:TrainConfig, # the run's settings
-                     ladder:Ladder, # the type's frozen ladder
-                     cap:int, # `evidence_cap` of the type
-                     history=() # (W, L, n_used) of the run's earlier gate decisions
-                    ) -> GateParams:
-    "One type's gate settings: the threshold calibrated to its evidence cap and its pool's minimum effect, as configured."
-    p = config.gate
-    if config.calibrate: p = replace(p, evidence_cap=cap)
-    if config.futility and p.min_effect_q is None: p = replace(p, min_effect_q=min_effect_q_for(p, cap, discordance_estimate(ladder, history)))
-    return p
-
-# %% ../nbs/17_runner.ipynb #bb7f3cd4
-@patch
-def _ladders(self:Runner, r:_TrainRun, s:TrainState) -> dict:
-    "The current epoch's frozen ladders, checked against the fingerprint in the state."
-    return load_gate_pools(r.pools_file(s.epoch), expect_fingerprint=s.ladders_fingerprint).ladders
-
-# %% ../nbs/17_runner.ipynb #3e708ce4
-def role_usage(log:HarnessLog, runs) -> dict[str, dict]:
-    "role -> {calls, tokens, cost} of the model calls of `runs` (a run id or a list), from `report.cost_table`."
-    t = report.cost_table(log, runs if isinstance(runs, str) else list(runs)).filter(pl.col('role') != 'ALL')
-    return {r['role']: {'calls': int(r['calls']), 'tokens': int(r['tokens']), 'cost': float(r['cost'])} for r in t.iter_rows(named=True)}
-
-def _per(u:dict, n:int) -> dict: return {k: v / n if n else 0.0 for k, v in u.items()}
-
-def forecast_usage(*, agent_per_question:dict, # {calls, tokens, cost} per answered question
-                   judge_per_call:dict, # {calls, tokens, cost} per judge call
-                   questions:int, # agent questions: rollouts + gates + validation runs + final test
-                   judge_calls:int, # wrong rollout answers to diagnose
-                   evolver_calls:int # proposals and momentum calls
-                  ) -> dict[str, dict]:
-    "role -> forecast {calls, tokens, cost}."
-    scale = lambda u, n: {k: round(v * n, 4) if k == 'cost' else int(round(v * n)) for k, v in u.items()}
-    return {'agent': scale(agent_per_question, questions), 'judge': scale(judge_per_call, judge_calls),
-            'evolver': scale(judge_per_call, evolver_calls)}
-
-# %% ../nbs/17_runner.ipynb #5c005b42
-@patch
-def forecast(self:Runner, r:_TrainRun, s:TrainState, measured_run:str=BASELINE_RUN) -> dict:
-    "Forecast calls, tokens and cost per role of the configured run, with its assumptions."
-    used, preds = role_usage(self.log, measured_run), self.log.predictions(measured_run)
-    n_answered = max(preds.height, 1)
-    if 'agent' not in used:  # a run made without telemetry: its predictions know the tokens and the turns
-        used['agent'] = {'calls': int(preds['steps_used'].sum() or 0) + preds.height, 'tokens': int(preds['tokens'].sum() or 0), 'cost': 0.0}
-    judge = used.get('judge', {'calls': 0, 'tokens': 0, 'cost': 0.0})
-    ladders, epochs = self._ladders(r, s), r.config.epochs
-    wrong = [q for b in s.batches for q in b if not s.correctness[q]]
-    gated = [t for b in s.batches for t in sorted({self.by_id[q].task_type for q in b if not s.correctness[q]}) if t in ladders]
-    gate_q = sum(2 * sum(len(u.questions) for u in ladder_units(ladders[t], r.val_units)) for t in gated)
-    rollout_q = sum(map(len, s.batches))
-    assumptions = dict(epochs=epochs, steps_per_epoch=len(s.batches), rollout_questions=rollout_q * epochs, gate_questions_max=gate_q * epochs,
-                       validation_questions=len(r.val) * epochs, test_questions=len(r.test), diagnosed=len(wrong) * epochs,
-                       proposals=len(gated) * epochs, measured_on=measured_run)
-    q = assumptions['rollout_questions'] + assumptions['gate_questions_max'] + assumptions['validation_questions'] + len(r.test)
-    roles = forecast_usage(agent_per_question=_per(used.get('agent', {'calls': 0, 'tokens': 0, 'cost': 0.0}), n_answered),
-                           judge_per_call=_per(judge, judge['calls']), questions=q, judge_calls=len(wrong) * epochs,
-                           evolver_calls=(len(gated) + 1) * epochs)
-    return {'assumptions': assumptions, 'roles': roles}
-
-@patch
-def run_calls(self:Runner, rid:str) -> pl.DataFrame:
-    "Every llm_calls row of a training run (its rollouts, gates, validation runs, momentum and final test)."
-    pat = '^' + ''.join('\\' + c if not c.isalnum() else c for c in rid) + '(_e[0-9]|_gate_|_final_test|_init)'
-    return self.log.frame('llm_calls').filter(pl.col('run_id').str.contains(pat))
-
-def _glob_literal(text:str) -> str:
-    "`text` with SQLite GLOB's special characters made literal."
-    return ''.join(f'[{c}]' if c in '*?[' else c for c in text)
-
-@patch
-def training_agent_calls(self:Runner, rid:str) -> int:
-    "Agent calls a training run has made so far: rollouts, gates, validation runs, an init run — not the final test."
-    g = _glob_literal(rid)
-    sql = "SELECT count(*) FROM llm_calls WHERE role = 'agent' AND (run_id GLOB ? OR run_id GLOB ? OR run_id = ?)"
-    return int(self.log.query(sql, (f'{g}_e[0-9]*', f'{g}{GATE_RUN_MARK}*', f'{rid}_init')).item())
-
-@patch
-def _run_ids(self:Runner, rid:str) -> list[str]:
-    "The run ids under which a training run's model calls were filed."
-    return sorted(self.run_calls(rid)['run_id'].unique().to_list())
-
+# %% ../nbs/17_runner.ipynb #8be4d22f
 @patch
 def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFrame:
     "Forecast (and, given the run, actual) calls, tokens and cost per role."
@@ -753,338 +38,6 @@ def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFram
     rows = [{'role': role, **{f'forecast_{k}': v for k, v in f.items()}, **({f'actual_{k}': actual.get(role, {}).get(k, 0) for k in f} if rid else {})}
             for role, f in forecast['roles'].items()]
     return pl.DataFrame(rows)
-
-# %% ../nbs/17_runner.ipynb #263b7ac9
-@patch
-async def _propose(self:Runner, r:_TrainRun, s:TrainState, batch:list, roll:str, gate_id:str, ladders:dict) -> dict:
-    "Diagnose the rollout's misses and ask the evolver for one edit per eligible task type."
-    cur = self.skills.path(s.skills_current)
-    token = CURRENT_RUN.set(roll)
-    try:
-        diag = await diagnose_run(batch, log=self.log, baseline_run_id=roll, judge=self.providers['judge'], skills_dir=cur, concurrency=self.concurrency)
-        packs = case_packs(batch, self.log.predictions(roll), diag.signals, seed=stable_seed(self.seed, r.rid, gate_id))
-        on_trial = {pb.task_type for pb in s.probations}
-        eligible = [t for t in sorted(packs) if t in ladders and len(ladders[t]) and not s.cooldowns.get(t) and t not in on_trial]
-        if not eligible: return {}
-        CURRENT_RUN.set(f'{r.rid}_{gate_id}_evolve')
-        guidance = guidance_from_files(self.prompts.read_files(s.prompts_version)) if s.prompts_version else ''
-        return await propose_edits(eligible, case_packs=packs, concurrency=self.concurrency, skills_dir=cur, blacklist=Blacklist.from_dict(s.blacklist),
-                                   evolver=self.providers['evolver'], guidance=guidance, seed=stable_seed(self.seed, r.rid, gate_id, 'evolve'))
-    finally: CURRENT_RUN.reset(token); self.recorder.flush()
-
-# %% ../nbs/17_runner.ipynb #64567983
-@patch
-def _write_version(self:Runner, s:TrainState, files:dict, source:str, trigger:str) -> str:
-    "A skills version holding the current files with `files` changed; made current."
-    merged = self.skills.read_files(s.skills_current) | files
-    v = self.skills.find_identical(merged) or self.skills.create(files, parent=s.skills_current, source=source, trigger_run=trigger)
-    set_current(self.workspace, v, trigger, event=source)
-    return v
-
-def _decision(s:TrainState, gate_id:str, task_type:str, kind:str, decision:str, **kw) -> dict:
-    "One entry of the decision log (no timing, so equal across an interrupted and an uninterrupted run)."
-    e = kw.pop('e_value', None)
-    return dict(epoch=s.epoch, step=s.step + 1, gate_id=gate_id, task_type=task_type, kind=kind, decision=decision,
-                e_value=None if e is None else float(f'{e:.6g}'), **kw)
-
-# %% ../nbs/17_runner.ipynb #3c6c1701
-@patch
-def _settle(self:Runner, r:_TrainRun, s:TrainState, gate_id:str, p, acc:Acceptance|None) -> tuple[TrainState, bool]:
-    "Apply one type's proposal outcome to the state; (state, whether the type counts as rejected)."
-    t, bl = p.task_type, Blacklist.from_dict(s.blacklist)
-    info = dict(target=p.target, fingerprint=p.fingerprint, texts=list(edit_texts(p.edit)) if p.edit else [],
-                rule_kinds=rule_kinds(r.world, t, p.edit) if p.edit else None)
-    if not p.ok:
-        if p.status == 'invalid' and p.edit is not None: s = replace(s, blacklist=bl.add(t, p.edit, f'invalid:{p.reason}').to_dict())
-        return replace(s, decisions=s.decisions + (_decision(s, gate_id, t, 'proposal', p.status, reason=p.reason, **info),)), False
-    counts = dict(w=acc.w, l=acc.l, n_used=acc.n_used, e_value=acc.e_value)
-    current_text = self.skills.read_files(s.skills_current).get(p.target, '').replace('\r\n', '\n')
-    if acc.accepted and p.base_sha256 != sha256_text(current_text):  # another type's edit in this step changed the same file
-        return replace(s, decisions=s.decisions + (_decision(s, gate_id, t, 'gate', 'skipped_conflict', **counts, **info),)), True
-    if acc.decision == 'accept_confirmed': return self._accept_confirmed(r, s, gate_id, p, acc, counts | info), False
-    if acc.decision == 'accept_provisional' and p.target == DEFAULT_SKILL:  # only confirmed edits may change the shared skill
-        return replace(s, decisions=s.decisions + (_decision(s, gate_id, t, 'gate', 'provisional_not_applied', **counts, **info),)), True
-    if acc.decision == 'accept_provisional': return self._accept_provisional(r, s, gate_id, p, acc, counts | info), False
-    s = replace(s, blacklist=bl.add(t, p.edit, acc.decision).to_dict())
-    return replace(s, decisions=s.decisions + (_decision(s, gate_id, t, 'gate', acc.decision, **counts, **info),)), True
-
-# %% ../nbs/17_runner.ipynb #ad8a4208
-def _type_questions(r:_TrainRun, task_type:str) -> list[str]:
-    "Validation question ids of a task type."
-    return [q.question_id for q in r.val if q.task_type == task_type]
-
-@patch
-def _accept_confirmed(self:Runner, r:_TrainRun, s:TrainState, gate_id:str, p, acc:Acceptance, info:dict) -> TrainState:
-    "Apply a confirmed edit: new version, merged correctness, cleared blacklist."
-    v = self._write_version(s, p.files, 'accept', f'{r.rid}_{gate_id}')
-    r.event('version_created', version=v, gate_id=gate_id, task_type=p.task_type)
-    d = _decision(s, gate_id, p.task_type, 'gate', acc.decision, version=v, **info)
-    return replace(s, skills_current=v, correctness=s.correctness | acc.candidate_correct,
-                   blacklist=Blacklist.from_dict(s.blacklist).clear(p.task_type).to_dict(), decisions=s.decisions + (d,))
-
-@patch
-def _accept_provisional(self:Runner, r:_TrainRun, s:TrainState, gate_id:str, p, acc:Acceptance, info:dict) -> TrainState:
-    "Apply a provisional edit and open its probation."
-    snapshot = {q: s.correctness[q] for q in _type_questions(r, p.task_type)}
-    v = self._write_version(s, p.files, 'accept_provisional', f'{r.rid}_{gate_id}')
-    r.event('version_created', version=v, gate_id=gate_id, task_type=p.task_type)
-    pb = open_probation(acc.outcome, anchor_version=s.skills_current, candidate_version=v, correctness_snapshot=snapshot, edit=p.edit)
-    d = _decision(s, gate_id, p.task_type, 'gate', acc.decision, version=v, **info)
-    return replace(s, skills_current=v, correctness=s.correctness | acc.candidate_correct, probations=s.probations + (pb,), decisions=s.decisions + (d,))
-
-# %% ../nbs/17_runner.ipynb #ebf65ea1
-@patch
-async def _step(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
-    "One mini-batch step; returns the state after all its side effects."
-    gate_id = f'e{s.epoch}s{s.step + 1}'
-    batch, roll = [self.by_id[q] for q in s.batches[s.step]], rollout_run_id(r.rid, gate_id)
-    ids = [q.question_id for q in batch]
-    await self._infer(batch, roll, s.skills_current, kind='rollout', prompts_version=s.prompts_version, progress=False,
-                      temperature=r.config.temperature)
-    preds = self.log.predictions(roll).filter(pl.col('question_id').is_in(ids))
-    correctness = apply_batch_correctness(s.correctness, ids, preds, roll)
-    guard_infra(preds, r.config.infra_guard, roll)
-    r.event('rollout_done', gate_id=gate_id)
-    ladders = self._ladders(r, s)
-    proposals = await self._propose(r, s, batch, roll, gate_id, ladders)
-    cands = {t: p.edit for t, p in proposals.items() if p.ok}
-    history = gate_history(s.decisions)
-    params = {t: type_gate_params(r.config, ladders[t], r.evidence_cap(t), history) for t in cands}
-    req = GateRequest(r.rid, gate_id, cands, s.skills_current, s.prompts_version, {t: ladders[t] for t in cands}, tuple(r.val_units),
-                      params, tuple(batch), {q: correctness[q] for q in ids}, r.config.reuse_base,
-                      r.config.temperature)
-    results = await r.rule(self, req) if cands else {}
-    r.event('gate_done', gate_id=gate_id, decisions={t: a.decision for t, a in results.items()})
-    s, rejected = replace(s, correctness=correctness), []
-    for t in sorted(proposals):
-        s, rej = self._settle(r, s, gate_id, proposals[t], results.get(t))
-        if rej: rejected.append(t)
-    return replace(s, cooldowns=tick_cooldowns(s.cooldowns, rejected, r.config.cooldown_steps), step=s.step + 1, global_step=s.global_step + 1)
-
-# %% ../nbs/17_runner.ipynb #85b2ddb2
-def dual_metric_rows(run_id:str, scope:str, skills_version:str, questions, correct:Mapping[str,bool]) -> list[dict]:
-    "Question- and unit-level accuracy per task type and overall (`ALL`), as `dual_metric` rows."
-    units, rows = build_units(list(questions)), []
-    for tt in sorted({q.task_type for q in questions}) + ['ALL']:
-        qs, us = [q for q in questions if tt in ('ALL', q.task_type)], [u for u in units if tt in ('ALL', u.task_type)]
-        qc, uc = sum(bool(correct[q.question_id]) for q in qs), sum(unit_correct(u, correct) for u in us)
-        rows.append(dict(run_id=run_id, scope=scope, task_type=tt, skills_version=skills_version, n_questions=len(qs), question_correct=qc,
-                         question_accuracy=qc / len(qs), n_units=len(us), unit_correct=uc, unit_accuracy=uc / len(us)))
-    return rows
-
-def holdout_rows(predictions:pl.DataFrame, questions, skills_version:str) -> list[dict]:
-    "The `holdout_eval` rows of a final test run."
-    unit_of = {q.question_id: q.unit_id or q.question_id for q in questions}
-    cols = ('run_id', 'question_id', 'video_id', 'task_type', 'prediction', 'answer', 'correct', 'stop_reason')
-    return [{c: r[c] for c in cols} | dict(skills_version=skills_version, unit_id=unit_of[r['question_id']]) for r in predictions.iter_rows(named=True) if r['question_id'] in unit_of]
-
-# %% ../nbs/17_runner.ipynb #af853692
-@patch
-async def _anchor_correctness(self:Runner, r:_TrainRun, s:TrainState, pb) -> dict[str, bool]:
-    "A fresh draw of the anchor skills (current files, the type's file at its anchor) on the type's validation questions; INFRA answers left out."
-    target, slug = pb.pending_edits[-1].target, skill_slug(pb.task_type)
-    qs, rid = [q for q in r.val if q.task_type == pb.task_type], f'{r.rid}_e{s.epoch}_anchor_{slug}'
-    dest = candidates_root(self.workspace, f'{r.rid}_e{s.epoch}_anchor')/slug
-    files = self.skills.read_files(s.skills_current) | {target: self.skills.read_files(pb.anchor_version)[target]}
-    try:
-        for name, text in files.items(): atomic_write_text(dest/name, text)
-        await self._infer(qs, rid, None, kind='probation', skills_dir=dest, prompts_version=s.prompts_version, progress=False,
-                          summarise=False, temperature=r.config.temperature)
-    finally: shutil.rmtree(dest.parent, ignore_errors=True)
-    p = self.log.predictions(rid).filter(~pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)))
-    return dict(zip(p['question_id'].to_list(), p['correct'].fill_null(False).to_list()))
-
-def _probation_decision(r:_TrainRun, s:TrainState, pb, action:str, w:int, l:int, n_used:int) -> dict:
-    "The decision-log entry of a probation's settlement, with the texts and world rule kinds of its edits."
-    return _decision(s, f'e{s.epoch}', pb.task_type, 'probation', action, w=w, l=l, n_used=n_used, e_value=float(e_value_plus(w, l)),
-                     fingerprint=None, texts=[t for e in pb.pending_edits for t in edit_texts(e)],
-                     rule_kinds=[k for e in pb.pending_edits for k in rule_kinds(r.world, pb.task_type, e)])
-
-@patch
-async def _settle_probation(self:Runner, r:_TrainRun, s:TrainState, pb, r_correct:dict) -> TrainState:
-    "Settle one probation on R; returns the state with it confirmed, kept or reverted."
-    units = [u for u in r.val_units if u.task_type == pb.task_type]
-    if r.evidence == 'fresh': w, l, ids = probation_pairs(units, await self._anchor_correctness(r, s, pb), r_correct)
-    else: w, l, ids = probation_pairs(units, pb.correctness_snapshot, r_correct, pb.consumed_units)
-    params = replace(r.config.gate, evidence_cap=r.evidence_cap(pb.task_type)) if r.config.calibrate else r.config.gate
-    action = settle_probation(pb, w, l, params, r.config.probation_rounds)
-    edit = pb.pending_edits[-1]
-    d = _probation_decision(r, s, pb, action, pb.w + w, pb.l + l, pb.n_used + len(ids))
-    s = replace(s, decisions=s.decisions + (d,))
-    if action == 'keep': return replace(s, probations=s.probations + (continue_probation(pb, w, l, len(ids), ids),))
-    if action == 'confirm': return s
-    v = self._write_version(s, {edit.target: self.skills.read_files(pb.anchor_version)[edit.target]}, 'revert', f'{r.rid}_e{s.epoch}_R')
-    bl = Blacklist.from_dict(s.blacklist)
-    for e in pb.pending_edits: bl = bl.add(pb.task_type, e, 'probation_revert')
-    return replace(s, skills_current=v, blacklist=bl.to_dict(), correctness=s.correctness | pb.correctness_snapshot,
-                   decisions=s.decisions[:-1] + (d | dict(version=v),))
-
-@patch
-async def _settle_probations(self:Runner, r:_TrainRun, s:TrainState, r_correct:dict) -> TrainState:
-    "Settle every open probation on R, in task-type order."
-    open_, s = sorted(s.probations, key=lambda p: p.task_type), replace(s, probations=())
-    for pb in open_: s = await self._settle_probation(r, s, pb, r_correct)
-    return s
-
-# %% ../nbs/17_runner.ipynb #7aa2713d
-@patch
-async def _momentum(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
-    "Ask for new evolver guidance from this epoch's training pairs; a new prompts version when it changed."
-    ids = sorted({q for b in s.batches for q in b})
-    if not r.config.momentum or not ids: return s
-    pairs = classify_pairs({q: s.epoch_start_correctness[q] for q in ids}, {q: s.correctness[q] for q in ids})
-    old = guidance_from_files(self.prompts.read_files(s.prompts_version)) if s.prompts_version else ''
-    token = CURRENT_RUN.set(f'{r.rid}_e{s.epoch}_momentum')
-    try: m = await momentum_guidance(pairs, previous_guidance=old, evolver=self.providers['evolver'], questions=self.by_id, seed=stable_seed(self.seed, r.rid, s.epoch, 'momentum'))
-    finally: CURRENT_RUN.reset(token); self.recorder.flush()
-    d = _decision(s, f'e{s.epoch}', None, 'momentum', 'updated' if m.updated and m.guidance != old else 'kept', reason=m.reason, pairs=pairs.counts())
-    if not s.prompts_version or not (m.updated and m.guidance != old): return replace(s, decisions=s.decisions + (d,))
-    files = self.prompts.read_files(s.prompts_version) | guidance_files(m.guidance)
-    pv = self.prompts.find_identical(files) or self.prompts.create(guidance_files(m.guidance), parent=s.prompts_version, source='momentum', trigger_run=f'{r.rid}_e{s.epoch}_R')
-    set_prompts(self.workspace, pv, r.rid, event='momentum')
-    return replace(s, prompts_version=pv, decisions=s.decisions + (d | dict(version=pv),))
-
-# %% ../nbs/17_runner.ipynb #85c9e826
-@patch
-async def _prompt_edit(self:Runner, r:_TrainRun, s:TrainState, r_acc:float) -> tuple[TrainState, list[str]]:
-    "The epoch's system-prompt edit with its R2 check; (state, the runs whose answers feed p̂)."
-    ids = sorted({q for b in s.batches for q in b})
-    if not r.config.prompt_edit or not s.prompts_version: return s, []
-    files = self.prompts.read_files(s.prompts_version)
-    pairs = classify_pairs({q: s.epoch_start_correctness[q] for q in ids}, {q: s.correctness[q] for q in ids}) if ids else None
-    token = CURRENT_RUN.set(f'{r.rid}_e{s.epoch}_prompt')
-    try: p = await propose_prompt_edit(files.get(PROMPT_TARGET, ''), evolver=self.providers['evolver'], pairs=pairs, questions=self.by_id,
-                                       blacklist=Blacklist.from_dict(s.blacklist), seed=stable_seed(self.seed, r.rid, s.epoch, 'prompt'))
-    finally: CURRENT_RUN.reset(token)
-    info = dict(target=PROMPT_TARGET, fingerprint=p.fingerprint, texts=list(edit_texts(p.edit)) if p.edit else [])
-    if not p.ok: return replace(s, decisions=s.decisions + (_decision(s, f'e{s.epoch}', None, 'prompt', 'invalid', reason=p.reason or p.status, **info),)), []
-    R2 = f'{r.rid}_e{s.epoch}_R2'
-    pv = self.prompts.find_identical(files | p.files) or self.prompts.create(p.files, parent=s.prompts_version, source='prompt_edit', trigger_run=R2)
-    set_prompts(self.workspace, pv, r.rid, event='prompt_edit')
-    await self._infer(r.val, R2, s.skills_current, kind='validation', prompts_version=pv, progress=False, temperature=r.config.temperature)
-    got = predictions_correctness(self.log, R2)
-    r2 = {q.question_id: bool(got.get(q.question_id, False)) for q in r.val}
-    acc2 = _accuracy(r2, r.val)
-    d = _decision(s, f'e{s.epoch}', None, 'prompt', 'kept' if acc2 >= r_acc else 'reverted', accuracy=round(acc2, 6), r_accuracy=round(r_acc, 6), version=pv, **info)
-    if acc2 >= r_acc: return replace(s, prompts_version=pv, correctness=s.correctness | r2, decisions=s.decisions + (d,)), [R2]
-    set_prompts(self.workspace, s.prompts_version, r.rid, event='prompt_revert')
-    bl = Blacklist.from_dict(s.blacklist).add(PROMPT_TASK_TYPE, p.edit, 'prompt_reverted')
-    return replace(s, blacklist=bl.to_dict(), decisions=s.decisions + (d,)), []
-
-# %% ../nbs/17_runner.ipynb #a7390df1
-def _rollout_accuracy(log:HarnessLog, rid:str, s:TrainState) -> float|None:
-    "Accuracy over this epoch's rollouts."
-    runs = [f'{rid}_e{s.epoch}s{k + 1}_rollout' for k in range(len(s.batches))]
-    p = pl.concat([log.predictions(x) for x in runs]) if runs else pl.DataFrame()
-    return float(p['correct'].fill_null(False).mean()) if p.height else None
-
-@patch
-def _budget_spent(self:Runner, r:_TrainRun) -> bool:
-    "Whether the run's agent calls have reached `max_agent_calls`."
-    return r.config.max_agent_calls is not None and self.training_agent_calls(r.rid) >= r.config.max_agent_calls
-
-@patch
-async def _slow_update(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
-    "The epoch end: R, probation settlement, best pointer, momentum, p̂ refresh, next epoch or the end."
-    R = f'{r.rid}_e{s.epoch}_R'
-    await self._infer(r.val, R, s.skills_current, kind='validation', prompts_version=s.prompts_version, progress=False,
-                      temperature=r.config.temperature)
-    got = predictions_correctness(self.log, R)
-    if missing := [q.question_id for q in r.val if q.question_id not in got]: raise InfraError(where(f'{len(missing)} validation questions have no prediction', 'Resume the run', run_id=R))
-    r_correct, prev = {q.question_id: bool(got[q.question_id]) for q in r.val}, s.validation_run
-    self.log.insert_many({'dual_metric': dual_metric_rows(R, 'validation', s.skills_current, r.val, r_correct)})
-    s = await self._settle_probations(r, replace(s, correctness=s.correctness | r_correct, validation_run=R), r_correct)
-    acc, r_acc = _accuracy(s.correctness, r.val), _accuracy(r_correct, r.val)
-    better = acc > s.best_accuracy
-    if better: set_best(self.workspace, s.skills_current, R, event='best')
-    s = replace(s, skills_best=s.skills_current if better else s.skills_best, best_accuracy=max(acc, s.best_accuracy),
-                epochs_without_best=0 if better else s.epochs_without_best + 1,
-                decisions=s.decisions + (_decision(s, f'e{s.epoch}', None, 'best', 'moved' if better else 'kept', accuracy=round(acc, 6), version=s.skills_current),))
-    s = await self._momentum(r, s)
-    s, kept_r2 = await self._prompt_edit(r, s, r_acc)
-    phat = phat_from_log(self.log, [R, *kept_r2], r.val_units, r.config.gamma, INFRA_STOP_REASONS, phat=s.phat)
-    row = dict(epoch=s.epoch, rollout_accuracy=_rollout_accuracy(self.log, r.rid, s), validation_accuracy=acc, r_accuracy=r_acc,
-               best_accuracy=s.best_accuracy, skills_version=s.skills_current, best_version=s.skills_best, steps=len(s.batches), validation_run=R, previous_run=prev)
-    s = replace(s, phat=phat, epochs=s.epochs + (row,))
-    r.event('epoch_done', epoch=s.epoch)
-    if spent := self._budget_spent(r):
-        s = replace(s, decisions=s.decisions + (_decision(s, f'e{s.epoch}', None, 'budget', 'spent', agent_calls=self.training_agent_calls(r.rid)),))
-    if spent or s.epoch >= r.config.epochs or should_stop_early(s.epochs_without_best, r.config.patience):
-        return replace(s, phase='final', stopped_early=s.epoch < r.config.epochs)
-    return self._start_epoch(r, s, s.epoch + 1)
-
-# %% ../nbs/17_runner.ipynb #169fb793
-def confirmed_rule_counts(decisions) -> dict[str, int]:
-    "helpful / neutral / trap / unknown counts over the rules of confirmed acceptances (gate or probation)."
-    out = dict.fromkeys(('helpful', 'neutral', 'trap', 'unknown'), 0)
-    for d in decisions:
-        if (d['kind'], d['decision']) in (('gate', 'accept_confirmed'), ('probation', 'confirm')):
-            for k in d.get('rule_kinds') or ['unknown']: out[k] += 1
-    return out
-
-def decision_tally(decisions) -> dict[str, int]:
-    "How often each (kind, decision) occurred, as 'kind:decision' -> n."
-    out = {}
-    for d in decisions: out[f'{d["kind"]}:{d["decision"]}'] = out.get(f'{d["kind"]}:{d["decision"]}', 0) + 1
-    return dict(sorted(out.items()))
-
-# %% ../nbs/17_runner.ipynb #fda5007f
-def _plain(frame:pl.DataFrame) -> list[dict]:
-    "Rows of a frame as JSON-safe dicts (NaN -> None)."
-    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()} for row in frame.to_dicts()]
-
-@patch
-def _metrics(self:Runner, r:_TrainRun, s:TrainState, final:str) -> dict:
-    "The run's metrics as plain data."
-    pc = report.paired_comparison(self.log, BASELINE_RUN, final, r.test)
-    total = pc.filter(pl.col('task_type') == 'ALL').row(0, named=True)
-    test = dict(n=total['n'], seed_accuracy=total['acc_a'], delivered_accuracy=total['acc_b'], delta=total['delta'], w=total['w'], l=total['l'],
-                p_mcnemar=total['p_mcnemar'], e_value=total['e_value'], seed_run=BASELINE_RUN, delivered_run=final)
-    return dict(run_id=r.run_id, internal_run_id=r.rid, acceptance=r.config.to_dict()['acceptance'], start_version=r.start,
-                best_version=s.skills_best, delivered_version=delivered_version(r.config, s), prompts_version=s.prompts_version,
-                epochs=list(s.epochs), stopped_early=s.stopped_early, steps=s.global_step, test=test, test_by_type=_plain(pc),
-                decisions=decision_tally(s.decisions), confirmed_rules=confirmed_rule_counts(s.decisions),
-                gated_task_types=sorted(r.gated), forecast=s.forecast, actual=role_usage(self.log, self._run_ids(r.rid)),
-                decision_fingerprint=decision_fingerprint(s.decisions))
-
-def delivered_version(config:TrainConfig, s:TrainState) -> str:
-    "The version training delivers: the best one, or the acceptance rule's current one."
-    return s.skills_best if config.deliver == 'best' else s.skills_current
-
-@patch
-def _without_open_edits(self:Runner, r:_TrainRun, s:TrainState, v:str) -> tuple[TrainState, str]:
-    "Training ended with edits on probation: their evidence ended unconfirmed, so the delivery `v` gets their anchors' files."
-    files, ds, delivered = {}, [], self.skills.read_files(v)
-    for pb in sorted(s.probations, key=lambda p: p.task_type):
-        target = pb.pending_edits[-1].target
-        if delivered.get(target) != self.skills.read_files(pb.candidate_version).get(target): continue  # `v` predates the edit
-        files[target] = self.skills.read_files(pb.anchor_version)[target]
-        ds.append(_probation_decision(r, s, pb, 'revert_unconfirmed', pb.w, pb.l, pb.n_used))
-    if files: v = self._write_version(replace(s, skills_current=v), files, 'revert', f'{r.rid}_end')
-    return replace(s, probations=(), decisions=s.decisions + tuple(d | dict(version=v) for d in ds)), v
-
-@patch
-async def _final(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
-    "Deliver the best (or, per `config.deliver`, the current) version, evaluate it once on the test pool, write metrics.json."
-    v = delivered_version(r.config, s)
-    if s.probations and r.config.open_probations == 'revert': s, v = self._without_open_edits(r, s, v)
-    m, event = load_manifest(self.workspace), f'deliver_{r.config.deliver}'
-    redone = m.skills_current == v and m.history and (m.history[-1]['event'], m.history[-1]['run']) == (event, r.rid)
-    if not redone: set_current(self.workspace, v, r.rid, event=event)  # a resume after a kill here records the delivery once
-    final = f'{r.rid}_final_test'
-    await self._infer(r.test, final, v, kind='final_test', prompts_version=s.prompts_version, progress=False,
-                      temperature=r.config.temperature)
-    preds = self.log.predictions(final)
-    self.log.insert_many({'dual_metric': dual_metric_rows(final, 'test', v, r.test, predictions_correctness(self.log, final)),
-                          'holdout_eval': holdout_rows(preds, r.test, v)})
-    atomic_write_json(r.dir/'metrics.json', self._metrics(r, s, final))
-    return replace(s, phase='done', skills_current=v)
-
-@patch
-async def final_test(self:Runner, skills_version:str='best', run_id:str|None=None) -> pl.DataFrame:
-    "Evaluate a version once on the test pool; its paired comparison with the seed skills' baseline answers."
-    res = await self.eval(skills_version, 'test', run_id)
-    return report.paired_comparison(self.log, BASELINE_RUN, res.run_id, self.pool('test'))
 
 # %% ../nbs/17_runner.ipynb #51be9bb8
 def _decisions_frame(decisions) -> pl.DataFrame:
@@ -1096,29 +49,29 @@ def _decisions_frame(decisions) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 @patch
-def _show(self:Runner, r:_TrainRun, rep:dict, title:str, prefix:str):
+def _show(self:Runner, run:TrainRun, rep:dict, title:str, prefix:str):
     "Save a report's figures under the run and show it inline."
     figs = {k: v for k, v in rep.items() if not isinstance(v, pl.DataFrame)}
-    if figs: report.save_report(figs, r.figures, prefix=prefix)
+    if figs: report.save_report(figs, run.figures, prefix=prefix)
     report.show_report(rep, title)
 
 @patch
-def _report_step(self:Runner, r:_TrainRun, s:TrainState, gate_id:str):
+def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
     "The step report of `gate_id`."
-    mine = _decisions_frame([d for d in s.decisions if d['gate_id'] == gate_id])
-    has_gate = self.log.query('SELECT count(*) FROM gate_evidence WHERE run_id = ? AND gate_id = ?', (r.rid, gate_id)).item()
-    rep = report.step_report(self.log, r.rid, gate_id, r.config.gate.alpha, r.config.gate.tau, cost_runs=self._run_ids(r.rid),
-                             thresholds=r.thresholds()) if has_gate else {}
-    self._show(r, {'decisions': mine, **rep}, f'{r.run_id} · step {gate_id}', f'step_{gate_id}_')
+    mine = _decisions_frame([d for d in state.decisions if d['gate_id'] == gate_id])
+    has_gate = self.log.query('SELECT count(*) FROM gate_evidence WHERE run_id = ? AND gate_id = ?', (run.rid, gate_id)).item()
+    rep = report.step_report(self.log, run.rid, gate_id, run.config.gate.alpha, run.config.gate.tau, cost_runs=self._run_ids(run.rid),
+                             thresholds=run.thresholds()) if has_gate else {}
+    self._show(run, {'decisions': mine, **rep}, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
 
 @patch
-def _report_epoch(self:Runner, r:_TrainRun, s:TrainState):
+def _report_epoch(self:Runner, run:TrainRun, state:TrainState):
     "The epoch report of the epoch just ended."
-    e = s.epochs[-1]
-    rep = report.epoch_report(self.log, r.rid, [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0, validation_accuracy=x['validation_accuracy'])
-                                               for x in s.epochs], r.val, e['previous_run'], e['validation_run'], tau=r.config.gate.tau,
-                              cost_runs=self._run_ids(r.rid))
-    self._show(r, rep, f'{r.run_id} · epoch {e["epoch"]}', f'epoch{e["epoch"]}_')
+    e = state.epochs[-1]
+    rep = report.epoch_report(self.log, run.rid, [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0, validation_accuracy=x['validation_accuracy'])
+                                               for x in state.epochs], run.val, e['previous_run'], e['validation_run'], tau=run.config.gate.tau,
+                              cost_runs=self._run_ids(run.rid))
+    self._show(run, rep, f'{run.run_id} · epoch {e["epoch"]}', f'epoch{e["epoch"]}_')
 
 @patch
 def final_report(self:Runner, result) -> dict:
@@ -1141,18 +94,18 @@ class TrainResult:
     resumed_finished: bool = False # the run had already finished; nothing was retrained
 
 @patch
-async def _advance(self:Runner, r:_TrainRun, s:TrainState) -> TrainState:
+async def _advance(self:Runner, run:TrainRun, state:TrainState) -> TrainState:
     "Do the next unit of work: a step (while the budget lasts), the epoch-end update, or the final test."
-    if s.phase == 'steps' and s.step < len(s.batches) and not self._budget_spent(r):
-        s = await self._step(r, s)
-        if r.show: self._report_step(r, s, f'e{s.epoch}s{s.step}')
-        return s
-    if s.phase == 'steps': return replace(s, phase='slow')
-    if s.phase == 'slow':
-        s2 = await self._slow_update(r, s)
-        if r.show: self._report_epoch(r, s2)
+    if state.phase == 'steps' and state.step < len(state.batches) and not budget_spent(self, run):
+        state = await train_step(self, run, state)
+        if run.show: self._report_step(run, state, f'e{state.epoch}s{state.step}')
+        return state
+    if state.phase == 'steps': return replace(state, phase='slow')
+    if state.phase == 'slow':
+        s2 = await slow_update(self, run, state)
+        if run.show: self._report_epoch(run, s2)
         return s2
-    return await self._final(r, s)
+    return await final_phase(self, run, state)
 
 @patch
 def training_calls(self:Runner, rid:str) -> int:
@@ -1160,20 +113,20 @@ def training_calls(self:Runner, rid:str) -> int:
     return self.run_calls(rid).filter(~pl.col('run_id').str.ends_with('_final_test')).height
 
 @patch
-async def _advance_within(self:Runner, r:_TrainRun, s:TrainState, budget:CallBudget) -> TrainState:
+async def _advance_within(self:Runner, run:TrainRun, state:TrainState, budget:CallBudget) -> TrainState:
     "`_advance` under the hard call budget: a spent budget ends training at the last completed step, with nothing of the cut one kept."
-    if s.phase == 'final': return await self._advance(r, s)  # the final test is not training: outside the budget
+    if state.phase == 'final': return await self._advance(run, state)  # the final test is not training: outside the budget
     try:
-        with call_budget(budget): return await self._advance(r, s)
+        with call_budget(budget): return await self._advance(run, state)
     except BudgetError:
-        d = _decision(s, f'e{s.epoch}', None, 'budget', 'spent', calls=budget.used)
-        return replace(s, phase='final', decisions=s.decisions + (d,))
+        d = decision_entry(state, f'e{state.epoch}', None, 'budget', 'spent', calls=budget.used)
+        return with_decision(state, d, phase='final')
 
 @patch
-def _save(self:Runner, r:_TrainRun, s:TrainState, budget:CallBudget|None=None):
+def _save(self:Runner, run:TrainRun, state:TrainState, budget:CallBudget|None=None):
     "Checkpoint the state, then tell `on_event` (with the calls made so far and the current skills)."
-    save_checkpoint(r.checkpoint, s)
-    r.event('checkpoint', phase=s.phase, epoch=s.epoch, step=s.step, calls=budget.used if budget else None, skills_current=s.skills_current)
+    save_checkpoint(run.checkpoint, state)
+    run.event('checkpoint', phase=state.phase, epoch=state.epoch, step=state.step, calls=budget.used if budget else None, skills_current=state.skills_current)
 
 @patch
 def run_health(self:Runner, run_id:str) -> str|None:
@@ -1194,20 +147,27 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
     check_run_id(run_id); await self.split()
     if health := self.run_health(BASELINE_RUN): print(f'WARNING: {health}')
     cfg = train_config(self.config, **{k: v for k, v in dict(epochs=epochs, acceptance=acceptance).items() if v is not None}, **settings)
-    r = self._train_run(run_id, cfg, self.resolve_version(start), fresh, show, on_event)
-    s = load_checkpoint(r.checkpoint, expect_structural=r.parts)
-    if s is not None and s.phase == 'done': return TrainResult(run_id, r.rid, s, read_json(r.dir/'metrics.json'), r.dir, True)
-    self.log.start_run(r.rid, 'train', params=r.parts)
-    if s is None: s = await self._initial_state(r); self._save(r, s)
-    if show: report.show_report({'forecast': self.forecast_table(s.forecast)}, f'{run_id} · forecast for {cfg.epochs} epochs (gates at their ladder caps: an upper bound)')
+    run = open_train_run(self, run_id, cfg, self.resolve_version(start), fresh, show, on_event)
+    state = load_checkpoint(run.checkpoint, expect_structural=run.parts)
+    if state is not None and state.phase == 'done': return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir, True)
+    self.log.start_run(run.rid, 'train', params=run.parts)
+    if state is None: state = await initial_state(self, run); self._save(run, state)
+    if show: report.show_report({'forecast': self.forecast_table(state.forecast)}, f'{run_id} · forecast for {cfg.epochs} epochs (gates at their ladder caps: an upper bound)')
     from tqdm.auto import tqdm
-    budget = CallBudget(cfg.max_calls, used=self.training_calls(r.rid))
-    with tqdm(desc=f'train {run_id}', unit='step', disable=not self.progress, initial=s.global_step) as bar:
-        while s.phase != 'done':
-            s = await self._advance_within(r, s, budget); self._save(r, s, budget)
-            bar.n = s.global_step; bar.set_postfix(epoch=s.epoch, phase=s.phase, best=f'{s.best_accuracy:.3f}'); bar.refresh()
-    self.log.finish_run(r.rid)
-    return TrainResult(run_id, r.rid, s, read_json(r.dir/'metrics.json'), r.dir)
+    budget = CallBudget(cfg.max_calls, used=self.training_calls(run.rid))
+    with tqdm(desc=f'train {run_id}', unit='step', disable=not self.progress, initial=state.global_step) as bar:
+        while state.phase != 'done':
+            state = await self._advance_within(run, state, budget); self._save(run, state, budget)
+            bar.n = state.global_step; bar.set_postfix(epoch=state.epoch, phase=state.phase, best=f'{state.best_accuracy:.3f}'); bar.refresh()
+    self.log.finish_run(run.rid)
+    return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir)
+
+# %% ../nbs/17_runner.ipynb #80d31e59
+@patch
+async def final_test(self:Runner, skills_version:str='best', run_id:str|None=None) -> pl.DataFrame:
+    "Evaluate a version once on the test pool; its paired comparison with the seed skills' baseline answers."
+    res = await self.eval(skills_version, 'test', run_id)
+    return report.paired_comparison(self.log, BASELINE_RUN, res.run_id, self.pool('test'))
 
 # %% ../nbs/17_runner.ipynb #fe96dd92
 def skills_diff(seed:dict[str,str], delivered:dict[str,str]) -> str:
