@@ -12,20 +12,20 @@ from typing import Callable
 import polars as pl
 from .core import canonical_json, sha256_text
 from .data import QuestionUnit, build_units
-from .skills import Edit, skill_slug
+from .skills import Edit
 from .agent import load_agent_prompts
 from .gate import (GateParams, e_value_plus, flip_counts, more_wins, not_fewer_wins,
                          margin_accepts, bayes_accepts, mcnemar_accepts)
-from .ladder import GATE_RUN_MARK, BaselineCache, Ladder, ladder_units
+from .ladder import BaselineCache, Ladder, ladder_units
 from .validate import (validate_skills_concurrent, unit_outcome_from_predictions, gate_run_id, materialised_candidates,
                               candidates_root, UnitOutcome, base_view_sha)
+from .log import TrainRunId
 from .workspace import Workspace
 
 # %% auto #0
-__all__ = ['ACCEPTANCE', 'GateRequest', 'Acceptance', 'base_arm_run_id', 'agent_prompts_key', 'base_view_key', 'rollout_run_id',
-           'base_key', 'baseline_cache', 'unit_evaluator', 'gate_rule', 'full_validation_rule', 'greedy_rule',
-           'greedy_margin_rule', 'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule',
-           'gepa_veto_rule']
+__all__ = ['ACCEPTANCE', 'GateRequest', 'Acceptance', 'agent_prompts_key', 'base_view_key', 'base_key', 'baseline_cache',
+           'unit_evaluator', 'gate_rule', 'full_validation_rule', 'greedy_rule', 'greedy_margin_rule', 'bayes_rule',
+           'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule', 'gepa_veto_rule']
 
 # %% ../nbs/16d_acceptance.ipynb #6ab3c174
 @dataclass(frozen=True)
@@ -61,12 +61,6 @@ class Acceptance:
     def accepted(ws) -> bool: return ws.decision.startswith('accept')
 
 # %% ../nbs/16d_acceptance.ipynb #d7f681f5
-def base_arm_run_id(run_id:str, # the training run
-                    view_key:str, # `base_view_key`: what the agent reads of the base skills and prompts
-                    task_type:str) -> str:
-    "The run id of the base arm for what the agent reads for one task type (carries the `_gate_` mark)."
-    return f'{run_id}{GATE_RUN_MARK}base_{view_key[:12]}_{skill_slug(task_type)}'
-
 def agent_prompts_key(prompts_dir:str|Path|None) -> str:
     "A hash of the agent's prompt texts (the evolver's guidance in the same version does not change it)."
     return sha256_text(canonical_json(load_agent_prompts(prompts_dir).texts))
@@ -74,10 +68,6 @@ def agent_prompts_key(prompts_dir:str|Path|None) -> str:
 def base_view_key(skills_dir:str|Path, task_type:str, mode:str, prompts_dir:str|Path|None) -> str:
     "What the agent reads when it answers a task type's questions: its skills view and its prompts."
     return sha256_text(base_view_sha(skills_dir, task_type, mode) + agent_prompts_key(prompts_dir))
-
-def rollout_run_id(run_id:str, gate_id:str) -> str:
-    "The run id of a step's rollout (the current skills on the step's batch)."
-    return f'{run_id}_{gate_id}_rollout'
 
 # %% ../nbs/16d_acceptance.ipynb #3be65199
 def base_key(ws:Workspace, req:GateRequest, task_type:str) -> str:
@@ -102,7 +92,7 @@ def unit_evaluator(ws:Workspace, req:GateRequest):
     "An `evaluate(unit, arm, skills_dir)` over `run_inference` with resumable, decision-stable run ids."
     async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
         base = arm == 'base'
-        if base: rid = base_arm_run_id(req.run_id, base_key(ws, req, unit.task_type), unit.task_type)
+        if base: rid = TrainRunId(req.run_id).base_arm(base_key(ws, req, unit.task_type), unit.task_type)
         else: rid = gate_run_id(req.run_id, req.gate_id, unit.task_type, arm)
         ids = list(unit.question_ids)
         rows = ws.log.prediction_outcomes(rid, ids)
@@ -181,7 +171,7 @@ async def gepa_rule(runner:Workspace, req:GateRequest, minibatch:int=3,
                    ) -> dict[str, Acceptance]:
     "GEPA: strict improvement on a 3-question minibatch, then (unless `veto_lower` is None) a full validation pass."
     mini = {t: build_units([q for q in req.batch if q.task_type == t][:minibatch]) for t in req.candidates}
-    rollout = runner.log.predictions(rollout_run_id(req.run_id, req.gate_id))
+    rollout = runner.log.predictions(TrainRunId(req.run_id).rollout(req.gate_id))
     from_rollout = lambda u: unit_outcome_from_predictions(u, rollout.filter(pl.col('question_id').is_in(list(u.question_ids))))
     runs = await _paired_runs(runner, req, mini, arm='mini', base_outcome=from_rollout)
     better = lambda tr: more_wins(*_flips(tr)[:2])

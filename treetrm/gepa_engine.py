@@ -17,6 +17,7 @@ from .skills import DEFAULT_SKILL, skill_file
 from .diagnose import diagnose, case_packs
 from .evolve import propose_edits, Blacklist
 from .validate import _check_plain_id
+from .log import TrainRunId
 from .calls import CURRENT_RUN, CALL_BUDGET, filed_under, call_budget
 from .runner import Runner
 
@@ -133,7 +134,7 @@ class GepaRun:
     cut_short: set = field(default_factory=set) # hashes of candidates whose validation pass lost calls to the budget
 
     @property
-    def prefix(self) -> str: return f'{self.run_id}_gepa_'
+    def prefix(self) -> str: return TrainRunId(self.run_id).gepa()
     @property
     def candidates_root(self) -> Path: return self.runner.workspace/'runs'/self.run_id/'candidates'
     def skills_dir(self, candidate:dict) -> Path:
@@ -144,7 +145,7 @@ class GepaRun:
 # %% ../nbs/17a_gepa_engine.ipynb #c696957d
 def _evaluate(ctx:GepaRun, batch:list, candidate:dict, capture_traces:bool=False) -> EvaluationBatch:
     "Run the agent with `candidate` on `batch`; GEPA's per-example scores, with trajectories when asked."
-    rid, refused, spent = f'{ctx.prefix}eval{ctx.evaluations}', ctx.budget.refused, ctx.budget.spent
+    rid, refused, spent = TrainRunId(ctx.run_id).gepa(f'eval{ctx.evaluations}'), ctx.budget.refused, ctx.budget.spent
     ctx.evaluations += 1
     unique = list({q.question_id: q for q in batch}.values())
     if not spent:
@@ -171,7 +172,7 @@ async def propose_text(ctx:GepaRun, candidate:dict, component:str, eval_run_id:s
                               skills_dir=skills_dir, concurrency=r.concurrency)
     packs = case_packs(r.questions, r.log.predictions(eval_run_id), diag.signals, seed=stable_seed(ctx.seed, 'gepa', k))
     if task_type not in packs: return None
-    with filed_under(f'{ctx.prefix}evolve{k}'):
+    with filed_under(TrainRunId(ctx.run_id).gepa(f'evolve{k}')):
         props = await propose_edits([task_type], case_packs=packs, concurrency=r.concurrency, skills_dir=skills_dir,
                                     blacklist=Blacklist(), evolver=r.providers['evolver'], guidance='',
                                     seed=stable_seed(ctx.seed, 'gepa-evolve', k))

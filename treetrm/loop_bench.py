@@ -14,6 +14,7 @@ from .core import ConfigError, where, atomic_write_json, read_json, sha256_json,
 from .sim import make_world, SimAgent, SimJudge, SimEvolver, load_world, true_accuracy, skill_files, type_skill_text, skill_rules, world_questions
 from .skills import DEFAULT_SKILL
 from .config import ACCEPTANCE_RULES
+from .log import FINAL_TEST
 from .acceptance import Acceptance, GateRequest, _ladders_of
 from .runner import Runner
 from .validate import materialised_candidates, candidates_root
@@ -119,7 +120,7 @@ def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, wor
 def calls_by_role(runner:Runner, prefix:str, limit:int|None=None) -> dict[str, int]:
     "role -> model calls filed under run ids starting with `prefix` (the final test excepted), of the first `limit` calls made (in the order they were stored)."
     f = runner.log.query("SELECT run_id, role FROM llm_calls WHERE substr(run_id, 1, ?) = ? ORDER BY rowid", (len(prefix), prefix))
-    f = f.filter(~pl.col('run_id').str.ends_with('_final_test')) if f.height else f
+    f = f.filter(~pl.col('run_id').str.ends_with(FINAL_TEST)) if f.height else f
     got = dict(f.head(limit if limit is not None else f.height).group_by('role').len().iter_rows()) if f.height else {}
     return {r: int(got.get(r, 0)) for r in ('agent', 'judge', 'evolver')}
 

@@ -12,7 +12,7 @@ import polars as pl
 from fastcore.basics import patch
 from .core import ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes, CallBudget, BudgetError
 from .skills import load_manifest
-from .log import check_run_id
+from .log import FINAL_TEST, check_run_id, gate_id
 from .inference import answer_health
 from .config import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
 from .checkpoint import TrainState, save_checkpoint, load_checkpoint
@@ -98,7 +98,7 @@ async def _advance(self:Runner, run:TrainRun, state:TrainState) -> TrainState:
     "Do the next unit of work: a step (while the budget lasts), the epoch-end update, or the final test."
     if state.phase == 'steps' and state.step < len(state.batches) and not budget_spent(self, run):
         state = await train_step(self, run, state)
-        if run.show: self._report_step(run, state, f'e{state.epoch}s{state.step}')
+        if run.show: self._report_step(run, state, gate_id(state.epoch, state.step))
         return state
     if state.phase == 'steps': return replace(state, phase='slow')
     if state.phase == 'slow':
@@ -110,7 +110,7 @@ async def _advance(self:Runner, run:TrainRun, state:TrainState) -> TrainState:
 @patch
 def training_calls(self:Runner, rid:str) -> int:
     "Model calls of every role a training run has made so far, the final test excepted."
-    return self.run_calls(rid).filter(~pl.col('run_id').str.ends_with('_final_test')).height
+    return self.run_calls(rid).filter(~pl.col('run_id').str.ends_with(FINAL_TEST)).height
 
 @patch
 async def _advance_within(self:Runner, run:TrainRun, state:TrainState, budget:CallBudget) -> TrainState:
@@ -119,7 +119,7 @@ async def _advance_within(self:Runner, run:TrainRun, state:TrainState, budget:Ca
     try:
         with call_budget(budget): return await self._advance(run, state)
     except BudgetError:
-        d = decision_entry(state, f'e{state.epoch}', None, 'budget', 'spent', calls=budget.used)
+        d = decision_entry(state, gate_id(state.epoch), None, 'budget', 'spent', calls=budget.used)
         return with_decision(state, d, phase='final')
 
 @patch

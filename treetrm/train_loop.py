@@ -12,7 +12,7 @@ from .core import InfraError, where, atomic_write_json, atomic_write_text, stabl
 from .data import build_units, unit_correct
 from .skills import DEFAULT_SKILL, load_manifest, set_current, set_best, set_prompts, skill_slug
 from .agent import INFRA_STOP_REASONS
-from .log import HarnessLog
+from .log import HarnessLog, TrainRunId, gate_id as make_gate_id
 from .inference import predictions_correctness
 from .diagnose import diagnose as diagnose_run, case_packs
 from .config import TrainConfig
@@ -24,7 +24,7 @@ from .evolve import (propose_edits, Blacklist, classify_pairs, momentum_guidance
 from .checkpoint import TrainState, decision_fingerprint
 from .calls import filed_under
 from .workspace import Workspace, BASELINE_RUN
-from .acceptance import Acceptance, GateRequest, rollout_run_id
+from .acceptance import Acceptance, GateRequest
 from .train_run import (TrainRun, apply_batch_correctness, guard_infra, tick_cooldowns, should_stop_early,
                                probation_pairs, rule_kinds, pool_accuracy, start_epoch, epoch_ladders, type_gate_params,
                                gate_history, role_usage)
@@ -49,7 +49,7 @@ async def propose_step_edits(ws:Workspace, run:TrainRun, state:TrainState, batch
     eligible = [t for t in sorted(packs) if t in ladders and len(ladders[t]) and not state.cooldowns.get(t) and t not in on_trial]
     if not eligible: return {}
     guidance = guidance_from_files(ws.prompts.read_files(state.prompts_version)) if state.prompts_version else ''
-    with filed_under(f'{run.rid}_{gate_id}_evolve'):
+    with filed_under(run.ids.evolve(gate_id)):
         return await propose_edits(eligible, case_packs=packs, concurrency=ws.concurrency, skills_dir=cur,
                                    blacklist=Blacklist.from_dict(state.blacklist), evolver=ws.providers['evolver'],
                                    guidance=guidance, seed=stable_seed(ws.seed, run.rid, gate_id, 'evolve'))
@@ -73,51 +73,51 @@ def decision_entry(state:TrainState, gate_id:str, task_type:str, kind:str, decis
                 e_value=None if e is None else float(f'{e:.6g}'), **kw)
 
 # %% ../nbs/16f_train_loop.ipynb #3c6c1701
-def settle_proposal(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, p, acc:Acceptance|None) -> tuple[TrainState, bool]:
+def settle_proposal(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal, acceptance:Acceptance|None) -> tuple[TrainState, bool]:
     "Apply one type's proposal outcome to the state; (state, whether the type counts as rejected)."
-    t, bl = p.task_type, Blacklist.from_dict(state.blacklist)
-    info = dict(target=p.target, fingerprint=p.fingerprint, texts=list(edit_texts(p.edit)) if p.edit else [],
-                rule_kinds=rule_kinds(run.world, t, p.edit) if p.edit else None)
-    if not p.ok:
-        if p.status == 'invalid' and p.edit is not None: state = replace(state, blacklist=bl.add(t, p.edit, f'invalid:{p.reason}').to_dict())
-        return with_decision(state, decision_entry(state, gate_id, t, 'proposal', p.status, reason=p.reason, **info)), False
-    counts = dict(w=acc.w, l=acc.l, n_used=acc.n_used, e_value=acc.e_value)
-    current_text = ws.skills.read_files(state.skills_current).get(p.target, '').replace('\r\n', '\n')
-    if acc.accepted and p.base_sha256 != sha256_text(current_text):  # another type's edit in this step changed the same file
+    t, bl = proposal.task_type, Blacklist.from_dict(state.blacklist)
+    info = dict(target=proposal.target, fingerprint=proposal.fingerprint, texts=list(edit_texts(proposal.edit)) if proposal.edit else [],
+                rule_kinds=rule_kinds(run.world, t, proposal.edit) if proposal.edit else None)
+    if not proposal.ok:
+        if proposal.status == 'invalid' and proposal.edit is not None: state = replace(state, blacklist=bl.add(t, proposal.edit, f'invalid:{proposal.reason}').to_dict())
+        return with_decision(state, decision_entry(state, gate_id, t, 'proposal', proposal.status, reason=proposal.reason, **info)), False
+    counts = dict(w=acceptance.w, l=acceptance.l, n_used=acceptance.n_used, e_value=acceptance.e_value)
+    current_text = ws.skills.read_files(state.skills_current).get(proposal.target, '').replace('\r\n', '\n')
+    if acceptance.accepted and proposal.base_sha256 != sha256_text(current_text):  # another type's edit in this step changed the same file
         return with_decision(state, decision_entry(state, gate_id, t, 'gate', 'skipped_conflict', **counts, **info)), True
-    if acc.decision == 'accept_confirmed': return accept_confirmed(ws, run, state, gate_id, p, acc, counts | info), False
-    if acc.decision == 'accept_provisional' and p.target == DEFAULT_SKILL:  # only confirmed edits may change the shared skill
+    if acceptance.decision == 'accept_confirmed': return accept_confirmed(ws, run, state, gate_id, proposal, acceptance, counts | info), False
+    if acceptance.decision == 'accept_provisional' and proposal.target == DEFAULT_SKILL:  # only confirmed edits may change the shared skill
         return with_decision(state, decision_entry(state, gate_id, t, 'gate', 'provisional_not_applied', **counts, **info)), True
-    if acc.decision == 'accept_provisional': return accept_provisional(ws, run, state, gate_id, p, acc, counts | info), False
-    state = replace(state, blacklist=bl.add(t, p.edit, acc.decision).to_dict())
-    return with_decision(state, decision_entry(state, gate_id, t, 'gate', acc.decision, **counts, **info)), True
+    if acceptance.decision == 'accept_provisional': return accept_provisional(ws, run, state, gate_id, proposal, acceptance, counts | info), False
+    state = replace(state, blacklist=bl.add(t, proposal.edit, acceptance.decision).to_dict())
+    return with_decision(state, decision_entry(state, gate_id, t, 'gate', acceptance.decision, **counts, **info)), True
 
 # %% ../nbs/16f_train_loop.ipynb #ad8a4208
 def type_question_ids(run:TrainRun, task_type:str) -> list[str]:
     "Validation question ids of a task type."
     return [q.question_id for q in run.val if q.task_type == task_type]
 
-def accept_confirmed(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, p, acc:Acceptance, info:dict) -> TrainState:
+def accept_confirmed(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal, acceptance:Acceptance, info:dict) -> TrainState:
     "Apply a confirmed edit: new version, merged correctness, cleared blacklist."
-    v = write_version(ws, state, p.files, 'accept', f'{run.rid}_{gate_id}')
-    run.event('version_created', version=v, gate_id=gate_id, task_type=p.task_type)
-    d = decision_entry(state, gate_id, p.task_type, 'gate', acc.decision, version=v, **info)
-    return with_decision(state, d, skills_current=v, correctness=state.correctness | acc.candidate_correct, blacklist=Blacklist.from_dict(state.blacklist).clear(p.task_type).to_dict())
+    v = write_version(ws, state, proposal.files, 'accept', run.ids.step(gate_id))
+    run.event('version_created', version=v, gate_id=gate_id, task_type=proposal.task_type)
+    d = decision_entry(state, gate_id, proposal.task_type, 'gate', acceptance.decision, version=v, **info)
+    return with_decision(state, d, skills_current=v, correctness=state.correctness | acceptance.candidate_correct, blacklist=Blacklist.from_dict(state.blacklist).clear(proposal.task_type).to_dict())
 
-def accept_provisional(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, p, acc:Acceptance, info:dict) -> TrainState:
+def accept_provisional(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal, acceptance:Acceptance, info:dict) -> TrainState:
     "Apply a provisional edit and open its probation."
-    snapshot = {q: state.correctness[q] for q in type_question_ids(run, p.task_type)}
-    v = write_version(ws, state, p.files, 'accept_provisional', f'{run.rid}_{gate_id}')
-    run.event('version_created', version=v, gate_id=gate_id, task_type=p.task_type)
-    pb = open_probation(acc.outcome, anchor_version=state.skills_current, candidate_version=v, correctness_snapshot=snapshot, edit=p.edit)
-    d = decision_entry(state, gate_id, p.task_type, 'gate', acc.decision, version=v, **info)
-    return with_decision(state, d, skills_current=v, correctness=state.correctness | acc.candidate_correct, probations=state.probations + (pb,))
+    snapshot = {q: state.correctness[q] for q in type_question_ids(run, proposal.task_type)}
+    v = write_version(ws, state, proposal.files, 'accept_provisional', run.ids.step(gate_id))
+    run.event('version_created', version=v, gate_id=gate_id, task_type=proposal.task_type)
+    pb = open_probation(acceptance.outcome, anchor_version=state.skills_current, candidate_version=v, correctness_snapshot=snapshot, edit=proposal.edit)
+    d = decision_entry(state, gate_id, proposal.task_type, 'gate', acceptance.decision, version=v, **info)
+    return with_decision(state, d, skills_current=v, correctness=state.correctness | acceptance.candidate_correct, probations=state.probations + (pb,))
 
 # %% ../nbs/16f_train_loop.ipynb #ebf65ea1
 async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState:
     "One mini-batch step; returns the state after all its side effects."
-    gate_id = f'e{state.epoch}s{state.step + 1}'
-    batch, roll = [ws.by_id[q] for q in state.batches[state.step]], rollout_run_id(run.rid, gate_id)
+    gate_id = make_gate_id(state.epoch, state.step + 1)
+    batch, roll = [ws.by_id[q] for q in state.batches[state.step]], run.ids.rollout(gate_id)
     ids = [q.question_id for q in batch]
     await ws._infer(batch, roll, state.skills_current, kind='rollout', prompts_version=state.prompts_version, progress=False,
                       temperature=run.config.temperature)
@@ -159,12 +159,12 @@ def holdout_rows(predictions:pl.DataFrame, questions, skills_version:str) -> lis
     return [{c: r[c] for c in cols} | dict(skills_version=skills_version, unit_id=unit_of[r['question_id']]) for r in predictions.iter_rows(named=True) if r['question_id'] in unit_of]
 
 # %% ../nbs/16f_train_loop.ipynb #af853692
-async def anchor_correctness(ws:Workspace, run:TrainRun, state:TrainState, pb) -> dict[str, bool]:
+async def anchor_correctness(ws:Workspace, run:TrainRun, state:TrainState, probation) -> dict[str, bool]:
     "A fresh draw of the anchor skills (current files, the type's file at its anchor) on the type's validation questions; INFRA answers left out."
-    target, slug = pb.pending_edits[-1].target, skill_slug(pb.task_type)
-    qs, rid = [q for q in run.val if q.task_type == pb.task_type], f'{run.rid}_e{state.epoch}_anchor_{slug}'
-    dest = candidates_root(ws.workspace, f'{run.rid}_e{state.epoch}_anchor')/slug
-    files = ws.skills.read_files(state.skills_current) | {target: ws.skills.read_files(pb.anchor_version)[target]}
+    target, slug = probation.pending_edits[-1].target, skill_slug(probation.task_type)
+    qs, rid = [q for q in run.val if q.task_type == probation.task_type], run.ids.anchor(state.epoch, probation.task_type)
+    dest = candidates_root(ws.workspace, run.ids.epoch_part(state.epoch, 'anchor'))/slug
+    files = ws.skills.read_files(state.skills_current) | {target: ws.skills.read_files(probation.anchor_version)[target]}
     try:
         for name, text in files.items(): atomic_write_text(dest/name, text)
         await ws._infer(qs, rid, None, kind='probation', skills_dir=dest, prompts_version=state.prompts_version, progress=False,
@@ -173,29 +173,28 @@ async def anchor_correctness(ws:Workspace, run:TrainRun, state:TrainState, pb) -
     p = ws.log.predictions(rid).filter(~pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)))
     return dict(zip(p['question_id'].to_list(), p['correct'].fill_null(False).to_list()))
 
-def probation_entry(run:TrainRun, state:TrainState, pb, action:str, w:int, l:int, n_used:int) -> dict:
+def probation_entry(run:TrainRun, state:TrainState, probation, action:str, w:int, l:int, n_used:int) -> dict:
     "The decision-log entry of a probation's settlement, with the texts and world rule kinds of its edits."
-    return decision_entry(state, f'e{state.epoch}', pb.task_type, 'probation', action, w=w, l=l, n_used=n_used, e_value=float(e_value_plus(w, l)),
-                     fingerprint=None, texts=[t for e in pb.pending_edits for t in edit_texts(e)],
-                     rule_kinds=[k for e in pb.pending_edits for k in rule_kinds(run.world, pb.task_type, e)])
+    return decision_entry(state, make_gate_id(state.epoch), probation.task_type, 'probation', action, w=w, l=l, n_used=n_used, e_value=float(e_value_plus(w, l)),
+                     fingerprint=None, texts=[t for e in probation.pending_edits for t in edit_texts(e)],
+                     rule_kinds=[k for e in probation.pending_edits for k in rule_kinds(run.world, probation.task_type, e)])
 
-async def settle_one_probation(ws:Workspace, run:TrainRun, state:TrainState, pb, r_correct:dict) -> TrainState:
+async def settle_one_probation(ws:Workspace, run:TrainRun, state:TrainState, probation, r_correct:dict) -> TrainState:
     "Settle one probation on R; returns the state with it confirmed, kept or reverted."
-    units = [u for u in run.val_units if u.task_type == pb.task_type]
-    if run.evidence == 'fresh': w, l, ids = probation_pairs(units, await anchor_correctness(ws, run, state, pb), r_correct)
-    else: w, l, ids = probation_pairs(units, pb.correctness_snapshot, r_correct, pb.consumed_units)
-    params = replace(run.config.gate, evidence_cap=run.evidence_cap(pb.task_type)) if run.config.calibrate else run.config.gate
-    action = settle_probation(pb, w, l, params, run.config.probation_rounds)
-    edit = pb.pending_edits[-1]
-    d = probation_entry(run, state, pb, action, pb.w + w, pb.l + l, pb.n_used + len(ids))
-    state = with_decision(state, d)
-    if action == 'keep': return replace(state, probations=state.probations + (continue_probation(pb, w, l, len(ids), ids),))
-    if action == 'confirm': return state
-    v = write_version(ws, state, {edit.target: ws.skills.read_files(pb.anchor_version)[edit.target]}, 'revert', f'{run.rid}_e{state.epoch}_R')
+    units = [u for u in run.val_units if u.task_type == probation.task_type]
+    if run.evidence == 'fresh': w, l, ids = probation_pairs(units, await anchor_correctness(ws, run, state, probation), r_correct)
+    else: w, l, ids = probation_pairs(units, probation.correctness_snapshot, r_correct, probation.consumed_units)
+    params = replace(run.config.gate, evidence_cap=run.evidence_cap(probation.task_type)) if run.config.calibrate else run.config.gate
+    action = settle_probation(probation, w, l, params, run.config.probation_rounds)
+    edit = probation.pending_edits[-1]
+    d = probation_entry(run, state, probation, action, probation.w + w, probation.l + l, probation.n_used + len(ids))
+    if action == 'keep': return with_decision(state, d, probations=state.probations + (continue_probation(probation, w, l, len(ids), ids),))
+    if action == 'confirm': return with_decision(state, d)
+    v = write_version(ws, state, {edit.target: ws.skills.read_files(probation.anchor_version)[edit.target]}, 'revert', run.ids.epoch_part(state.epoch, 'R'))
     bl = Blacklist.from_dict(state.blacklist)
-    for e in pb.pending_edits: bl = bl.add(pb.task_type, e, 'probation_revert')
-    return replace(state, skills_current=v, blacklist=bl.to_dict(), correctness=state.correctness | pb.correctness_snapshot,
-                   decisions=state.decisions[:-1] + (d | dict(version=v),))
+    for e in probation.pending_edits: bl = bl.add(probation.task_type, e, 'probation_revert')
+    return with_decision(state, d | dict(version=v), skills_current=v, blacklist=bl.to_dict(),
+                         correctness=state.correctness | probation.correctness_snapshot)
 
 async def settle_probations(ws:Workspace, run:TrainRun, state:TrainState, r_correct:dict) -> TrainState:
     "Settle every open probation on R, in task-type order."
@@ -210,13 +209,13 @@ async def momentum_update(ws:Workspace, run:TrainRun, state:TrainState) -> Train
     if not run.config.momentum or not ids: return state
     pairs = classify_pairs({q: state.epoch_start_correctness[q] for q in ids}, {q: state.correctness[q] for q in ids})
     old = guidance_from_files(ws.prompts.read_files(state.prompts_version)) if state.prompts_version else ''
-    with filed_under(f'{run.rid}_e{state.epoch}_momentum'):
+    with filed_under(run.ids.epoch_part(state.epoch, 'momentum')):
         m = await momentum_guidance(pairs, previous_guidance=old, evolver=ws.providers['evolver'], questions=ws.by_id,
                                     seed=stable_seed(ws.seed, run.rid, state.epoch, 'momentum'))
-    d = decision_entry(state, f'e{state.epoch}', None, 'momentum', 'updated' if m.updated and m.guidance != old else 'kept', reason=m.reason, pairs=pairs.counts())
+    d = decision_entry(state, make_gate_id(state.epoch), None, 'momentum', 'updated' if m.updated and m.guidance != old else 'kept', reason=m.reason, pairs=pairs.counts())
     if not state.prompts_version or not (m.updated and m.guidance != old): return with_decision(state, d)
     files = ws.prompts.read_files(state.prompts_version) | guidance_files(m.guidance)
-    pv = ws.prompts.find_identical(files) or ws.prompts.create(guidance_files(m.guidance), parent=state.prompts_version, source='momentum', trigger_run=f'{run.rid}_e{state.epoch}_R')
+    pv = ws.prompts.find_identical(files) or ws.prompts.create(guidance_files(m.guidance), parent=state.prompts_version, source='momentum', trigger_run=run.ids.epoch_part(state.epoch, 'R'))
     set_prompts(ws.workspace, pv, run.rid, event='momentum')
     return with_decision(state, d | dict(version=pv), prompts_version=pv)
 
@@ -227,20 +226,20 @@ async def prompt_edit_update(ws:Workspace, run:TrainRun, state:TrainState, r_acc
     if not run.config.prompt_edit or not state.prompts_version: return state, []
     files = ws.prompts.read_files(state.prompts_version)
     pairs = classify_pairs({q: state.epoch_start_correctness[q] for q in ids}, {q: state.correctness[q] for q in ids}) if ids else None
-    with filed_under(f'{run.rid}_e{state.epoch}_prompt'):
+    with filed_under(run.ids.epoch_part(state.epoch, 'prompt')):
         p = await propose_prompt_edit(files.get(PROMPT_TARGET, ''), evolver=ws.providers['evolver'], pairs=pairs, questions=ws.by_id,
                                       blacklist=Blacklist.from_dict(state.blacklist),
                                       seed=stable_seed(ws.seed, run.rid, state.epoch, 'prompt'))
     info = dict(target=PROMPT_TARGET, fingerprint=p.fingerprint, texts=list(edit_texts(p.edit)) if p.edit else [])
-    if not p.ok: return with_decision(state, decision_entry(state, f'e{state.epoch}', None, 'prompt', 'invalid', reason=p.reason or p.status, **info)), []
-    R2 = f'{run.rid}_e{state.epoch}_R2'
+    if not p.ok: return with_decision(state, decision_entry(state, make_gate_id(state.epoch), None, 'prompt', 'invalid', reason=p.reason or p.status, **info)), []
+    R2 = run.ids.epoch_part(state.epoch, 'R2')
     pv = ws.prompts.find_identical(files | p.files) or ws.prompts.create(p.files, parent=state.prompts_version, source='prompt_edit', trigger_run=R2)
     set_prompts(ws.workspace, pv, run.rid, event='prompt_edit')
     await ws._infer(run.val, R2, state.skills_current, kind='validation', prompts_version=pv, progress=False, temperature=run.config.temperature)
     got = predictions_correctness(ws.log, R2)
     r2 = {q.question_id: bool(got.get(q.question_id, False)) for q in run.val}
     acc2 = pool_accuracy(r2, run.val)
-    d = decision_entry(state, f'e{state.epoch}', None, 'prompt', 'kept' if acc2 >= r_acc else 'reverted', accuracy=round(acc2, 6), r_accuracy=round(r_acc, 6), version=pv, **info)
+    d = decision_entry(state, make_gate_id(state.epoch), None, 'prompt', 'kept' if acc2 >= r_acc else 'reverted', accuracy=round(acc2, 6), r_accuracy=round(r_acc, 6), version=pv, **info)
     if acc2 >= r_acc: return with_decision(state, d, prompts_version=pv, correctness=state.correctness | r2), [R2]
     set_prompts(ws.workspace, state.prompts_version, run.rid, event='prompt_revert')
     bl = Blacklist.from_dict(state.blacklist).add(PROMPT_TASK_TYPE, p.edit, 'prompt_reverted')
@@ -249,7 +248,7 @@ async def prompt_edit_update(ws:Workspace, run:TrainRun, state:TrainState, r_acc
 # %% ../nbs/16f_train_loop.ipynb #a7390df1
 def rollout_accuracy(log:HarnessLog, rid:str, state:TrainState) -> float|None:
     "Accuracy over this epoch's rollouts."
-    runs = [f'{rid}_e{state.epoch}s{k + 1}_rollout' for k in range(len(state.batches))]
+    runs = [TrainRunId(rid).rollout(make_gate_id(state.epoch, k + 1)) for k in range(len(state.batches))]
     p = pl.concat([log.predictions(x) for x in runs]) if runs else pl.DataFrame()
     return float(p['correct'].fill_null(False).mean()) if p.height else None
 
@@ -259,7 +258,7 @@ def budget_spent(ws:Workspace, run:TrainRun) -> bool:
 
 async def slow_update(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState:
     "The epoch end: R, probation settlement, best pointer, momentum, p̂ refresh, next epoch or the end."
-    R = f'{run.rid}_e{state.epoch}_R'
+    R = run.ids.epoch_part(state.epoch, 'R')
     await ws._infer(run.val, R, state.skills_current, kind='validation', prompts_version=state.prompts_version, progress=False,
                       temperature=run.config.temperature)
     got = predictions_correctness(ws.log, R)
@@ -270,7 +269,7 @@ async def slow_update(ws:Workspace, run:TrainRun, state:TrainState) -> TrainStat
     acc, r_acc = pool_accuracy(state.correctness, run.val), pool_accuracy(r_correct, run.val)
     better = acc > state.best_accuracy
     if better: set_best(ws.workspace, state.skills_current, R, event='best')
-    state = with_decision(state, decision_entry(state, f'e{state.epoch}', None, 'best', 'moved' if better else 'kept', accuracy=round(acc, 6), version=state.skills_current), skills_best=state.skills_current if better else state.skills_best, best_accuracy=max(acc, state.best_accuracy), epochs_without_best=0 if better else state.epochs_without_best + 1)
+    state = with_decision(state, decision_entry(state, make_gate_id(state.epoch), None, 'best', 'moved' if better else 'kept', accuracy=round(acc, 6), version=state.skills_current), skills_best=state.skills_current if better else state.skills_best, best_accuracy=max(acc, state.best_accuracy), epochs_without_best=0 if better else state.epochs_without_best + 1)
     state = await momentum_update(ws, run, state)
     state, kept_r2 = await prompt_edit_update(ws, run, state, r_acc)
     phat = phat_from_log(ws.log, [R, *kept_r2], run.val_units, run.config.gamma, INFRA_STOP_REASONS, phat=state.phat)
@@ -279,7 +278,7 @@ async def slow_update(ws:Workspace, run:TrainRun, state:TrainState) -> TrainStat
     state = replace(state, phat=phat, epochs=state.epochs + (row,))
     run.event('epoch_done', epoch=state.epoch)
     if spent := budget_spent(ws, run):
-        state = with_decision(state, decision_entry(state, f'e{state.epoch}', None, 'budget', 'spent', agent_calls=ws.training_agent_calls(run.rid)))
+        state = with_decision(state, decision_entry(state, make_gate_id(state.epoch), None, 'budget', 'spent', agent_calls=ws.training_agent_calls(run.rid)))
     if spent or state.epoch >= run.config.epochs or should_stop_early(state.epochs_without_best, run.config.patience):
         return replace(state, phase='final', stopped_early=state.epoch < run.config.epochs)
     return start_epoch(ws, run, state, state.epoch + 1)
@@ -329,7 +328,7 @@ def without_open_edits(ws:Workspace, run:TrainRun, state:TrainState, v:str) -> t
         if delivered.get(target) != ws.skills.read_files(pb.candidate_version).get(target): continue  # `v` predates the edit
         files[target] = ws.skills.read_files(pb.anchor_version)[target]
         ds.append(probation_entry(run, state, pb, 'revert_unconfirmed', pb.w, pb.l, pb.n_used))
-    if files: v = write_version(ws, replace(state, skills_current=v), files, 'revert', f'{run.rid}_end')
+    if files: v = write_version(ws, replace(state, skills_current=v), files, 'revert', run.ids.end())
     return replace(state, probations=(), decisions=state.decisions + tuple(d | dict(version=v) for d in ds)), v
 
 async def final_phase(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState:
@@ -339,7 +338,7 @@ async def final_phase(ws:Workspace, run:TrainRun, state:TrainState) -> TrainStat
     m, event = load_manifest(ws.workspace), f'deliver_{run.config.deliver}'
     redone = m.skills_current == v and m.history and (m.history[-1]['event'], m.history[-1]['run']) == (event, run.rid)
     if not redone: set_current(ws.workspace, v, run.rid, event=event)  # a resume after a kill here records the delivery once
-    final = f'{run.rid}_final_test'
+    final = run.ids.final_test()
     await ws._infer(run.test, final, v, kind='final_test', prompts_version=state.prompts_version, progress=False,
                       temperature=run.config.temperature)
     preds = ws.log.predictions(final)

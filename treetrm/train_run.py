@@ -13,7 +13,7 @@ from .core import ConfigError, DataError, InfraError, where, read_json, sha256_f
 from .data import build_units, unit_correct, questions_fingerprint
 from .skills import Edit, set_current, set_best, load_manifest
 from .agent import INFRA_STOP_REASONS
-from .log import HarnessLog
+from .log import HarnessLog, TrainRunId
 from .inference import predictions_correctness, answer_health
 from .split import pools_dir
 from .batching import build_batches
@@ -114,6 +114,8 @@ class TrainRun:
     def checkpoint(self) -> Path: return self.dir/'checkpoint.json'
     @property
     def figures(self) -> Path: return self.dir/'figures'
+    @property
+    def ids(self) -> TrainRunId: return TrainRunId(self.rid)
     def pools_file(self, epoch:int) -> Path: return self.dir/f'gate_pools_e{epoch}.json'
     def evidence_cap(self, task_type:str) -> int:
         "Most units the type's e-process can pair in this run."
@@ -132,7 +134,7 @@ def attempt_run_id(runs_dir:Path, run_id:str, fresh:bool) -> str:
     archived = lambda: sorted(runs_dir.glob(f'{run_id}.archived-*'))
     if fresh and d.exists(): d.rename(runs_dir/f'{run_id}.archived-{len(archived()) + 1}')
     n = len(archived()) + 1
-    return run_id if n == 1 else f'{run_id}~{n}'
+    return str(TrainRunId.attempt(run_id, n))
 
 # %% ../nbs/16e_train_run.ipynb #d290e888
 def agent_samples(backend:str, temperature:float) -> bool:
@@ -178,7 +180,7 @@ async def start_correctness(ws:Workspace, run:TrainRun) -> tuple[dict, str]:
     "(question_id -> correct on the diagnosis and validation pools, the run it came from) for the start version."
     qs = run.diag + run.val
     same = ws.skills.read_files(run.start) == ws.skills.read_files(ws.resolve_version('seed'))
-    source = BASELINE_RUN if same else f'{run.rid}_init'
+    source = BASELINE_RUN if same else run.ids.init()
     if not same: await ws._infer(qs, source, run.start, kind='init', temperature=run.config.temperature)
     got = predictions_correctness(ws.log, source)
     if missing := [q.question_id for q in qs if q.question_id not in got]:

@@ -11,12 +11,11 @@ from .core import ConfigError, sweep_temp_files, where, check_count
 from .data import Question, load_questions
 from .llm import ResponseCache
 from .skills import VersionStore, init_workspace, load_manifest, set_current, set_best
-from .log import HarnessLog, check_run_id
+from .log import HarnessLog, check_run_id, TrainRunId
 from .inference import run_inference, InferenceResult
 from .diagnose import diagnose as diagnose_run
 from .split import run_split, load_split, has_pools, pools_dir, make_providers, load_split_config, Split
 from .config import Config, TrainConfig, runner_config
-from .ladder import GATE_RUN_MARK
 from .calls import CallRecorder, RecordedProvider, filed_under
 
 # %% auto #0
@@ -165,19 +164,13 @@ def prompts_dir(self:Workspace, prompts_version:str|None) -> Path|None:
 @patch
 def run_calls(self:Workspace, rid:str) -> pl.DataFrame:
     "Every llm_calls row of a training run (its rollouts, gates, validation runs, momentum and final test)."
-    pat = '^' + ''.join('\\' + c if not c.isalnum() else c for c in rid) + '(_e[0-9]|_gate_|_final_test|_init)'
-    return self.log.frame('llm_calls').filter(pl.col('run_id').str.contains(pat))
-
-def _glob_literal(text:str) -> str:
-    "`text` with SQLite GLOB's special characters made literal."
-    return ''.join(f'[{c}]' if c in '*?[' else c for c in text)
+    return self.log.frame('llm_calls').filter(pl.col('run_id').str.contains(TrainRunId(rid).calls_pattern()))
 
 @patch
 def training_agent_calls(self:Workspace, rid:str) -> int:
     "Agent calls a training run has made so far: rollouts, gates, validation runs, an init run — not the final test."
-    g = _glob_literal(rid)
-    sql = "SELECT count(*) FROM llm_calls WHERE role = 'agent' AND (run_id GLOB ? OR run_id GLOB ? OR run_id = ?)"
-    return int(self.log.query(sql, (f'{g}_e[0-9]*', f'{g}{GATE_RUN_MARK}*', f'{rid}_init')).item())
+    condition, params = TrainRunId(rid).training_condition()
+    return int(self.log.query(f"SELECT count(*) FROM llm_calls WHERE role = 'agent' AND {condition}", params).item())
 
 @patch
 def _run_ids(self:Workspace, rid:str) -> list[str]:
