@@ -17,7 +17,8 @@ from .agent import load_agent_prompts
 from .gate import (GateParams, e_value_plus, flip_counts, more_wins, not_fewer_wins,
                          margin_accepts, bayes_accepts, mcnemar_accepts)
 from .ladder import BaselineCache, Ladder, ladder_units
-from .validate import (validate_skills_concurrent, unit_outcome_from_predictions, gate_run_id, materialised_candidates,
+from .validate import (validate_skills_concurrent, unit_outcome_from_predictions, gate_run_id,
+                              materialised_candidates,
                               candidates_root, UnitOutcome, base_view_sha)
 from .log import TrainRunId
 from .workspace import Workspace
@@ -73,7 +74,8 @@ def base_view_key(skills_dir:str|Path, task_type:str, mode:str, prompts_dir:str|
 def base_key(ws:Workspace, req:GateRequest, task_type:str) -> str:
     "`base_view_key` of a request's base skills for one task type (with `reuse_base` off: of its version names)."
     if not req.reuse_base: return sha256_text(f'{req.base_version}/{req.prompts_version}')
-    return base_view_key(ws.skills.path(req.base_version), task_type, ws.skill_mode, ws.prompts_dir(req.prompts_version))
+    return base_view_key(ws.skills.path(req.base_version), task_type, ws.skill_mode,
+                         ws.prompts_dir(req.prompts_version))
 
 @contextmanager
 def baseline_cache(ws:Workspace, req:GateRequest):
@@ -81,7 +83,8 @@ def baseline_cache(ws:Workspace, req:GateRequest):
     if not req.reuse_base:
         yield None
         return
-    scope = canonical_json(dict(model=getattr(ws.providers['agent'], 'model', ''), max_steps=ws.config.max_steps, mode=ws.skill_mode,
+    scope = canonical_json(dict(model=getattr(ws.providers['agent'], 'model', ''), max_steps=ws.config.max_steps,
+                                mode=ws.skill_mode,
                                 temperature=req.temperature))
     cache = BaselineCache(ws.workspace/'cache'/f'baseline-{req.run_id}.sqlite', scope=sha256_text(scope))
     try: yield cache
@@ -97,7 +100,8 @@ def unit_evaluator(ws:Workspace, req:GateRequest):
         ids = list(unit.question_ids)
         rows = ws.log.prediction_outcomes(rid, ids)
         if sum(r['stop_reason'] != 'error' for r in rows) < len(ids):  # not answered before (a base arm is, once per content)
-            await ws._infer(unit.questions, rid, req.base_version if base else None, kind='gate', skills_dir=skills_dir, by_content=base and req.reuse_base,
+            await ws._infer(unit.questions, rid, req.base_version if base else None, kind='gate',
+                            skills_dir=skills_dir, by_content=base and req.reuse_base,
                               temperature=req.temperature,
                               prompts_version=req.prompts_version, progress=False, summarise=False)
             rows = ws.log.prediction_outcomes(rid, ids)
@@ -107,23 +111,32 @@ def unit_evaluator(ws:Workspace, req:GateRequest):
 async def gate_rule(runner:Workspace, req:GateRequest) -> dict[str, Acceptance]:
     "The anytime-valid sequential gate over every candidate at once (DESIGN §7)."
     with baseline_cache(runner, req) as cache:
-        outs = await validate_skills_concurrent(req.candidates, ladders=req.ladders, units=req.units, evaluate=unit_evaluator(runner, req),
-                                                base_skills_dir=runner.skills.path(req.base_version), concurrency=runner.concurrency,
-                                                run_id=req.run_id, gate_id=req.gate_id, prompts_version=agent_prompts_key(runner.prompts_dir(req.prompts_version)),
-                                                params=req.params, log=runner.log, gate_guard_err=runner.config.gate_guard_err,
-                                                workspace=runner.workspace, baseline_cache=cache, skill_mode=runner.skill_mode)
-    return {t: Acceptance(t, o.decision, o.w, o.l, o.n_used, o.verdict.e_value, o.candidate_questions(), tuple(o.paired), o) for t, o in outs.items()}
+        outs = await validate_skills_concurrent(req.candidates, ladders=req.ladders, units=req.units,
+                                                evaluate=unit_evaluator(runner, req),
+                                                base_skills_dir=runner.skills.path(req.base_version),
+                                                concurrency=runner.concurrency,
+                                                run_id=req.run_id, gate_id=req.gate_id,
+                                                prompts_version=agent_prompts_key(runner.prompts_dir(req.prompts_version)),
+                                                params=req.params, log=runner.log,
+                                                gate_guard_err=runner.config.gate_guard_err,
+                                                workspace=runner.workspace, baseline_cache=cache,
+                                                skill_mode=runner.skill_mode)
+    return {t: Acceptance(t, o.decision, o.w, o.l, o.n_used, o.verdict.e_value, o.candidate_questions(),
+                          tuple(o.paired), o) for t, o in outs.items()}
 
 # %% ../nbs/16d_acceptance.ipynb #12488030
-async def _paired_runs(runner:Workspace, req:GateRequest, units_of:dict, arm:str='cand', base_outcome:Callable|None=None) -> dict:
+async def _paired_runs(runner:Workspace, req:GateRequest, units_of:dict, arm:str='cand',
+                       base_outcome:Callable|None=None) -> dict:
     "task type -> [(unit, base UnitOutcome, candidate UnitOutcome)] over `units_of[task_type]`; `base_outcome(unit)` replaces the base arm's run."
     evaluate, sem = unit_evaluator(runner, req), asyncio.Semaphore(runner.concurrency)
     async def one(u, a, d):
         if a == 'base' and base_outcome is not None: return base_outcome(u)
         async with sem: return await evaluate(u, a, d)
-    with materialised_candidates(req.candidates, runner.skills.path(req.base_version), candidates_root(runner.workspace, f'{req.gate_id}_{arm}')) as dirs:
+    with materialised_candidates(req.candidates, runner.skills.path(req.base_version),
+                                 candidates_root(runner.workspace, f'{req.gate_id}_{arm}')) as dirs:
         base_dir = runner.skills.path(req.base_version)
-        jobs = [(t, u, asyncio.ensure_future(asyncio.gather(one(u, 'base', base_dir), one(u, arm, dirs[t])))) for t, us in units_of.items() for u in us]
+        jobs = [(t, u, asyncio.ensure_future(asyncio.gather(one(u, 'base', base_dir), one(u, arm, dirs[t])))) for t,
+                us in units_of.items() for u in us]
         try: await asyncio.gather(*(j for _, _, j in jobs))
         finally:  # a failure (a spent budget) cancels the rest: no task outlives the rule
             for _, _, j in jobs: j.cancel()
@@ -172,15 +185,19 @@ async def gepa_rule(runner:Workspace, req:GateRequest, minibatch:int=3,
     "GEPA: strict improvement on a 3-question minibatch, then (unless `veto_lower` is None) a full validation pass."
     mini = {t: build_units([q for q in req.batch if q.task_type == t][:minibatch]) for t in req.candidates}
     rollout = runner.log.predictions(TrainRunId(req.run_id).rollout(req.gate_id))
-    from_rollout = lambda u: unit_outcome_from_predictions(u, rollout.filter(pl.col('question_id').is_in(list(u.question_ids))))
+    from_rollout = lambda u: unit_outcome_from_predictions(u,
+                                                           rollout.filter(pl.col('question_id').is_in(list(u.question_ids))))
     runs = await _paired_runs(runner, req, mini, arm='mini', base_outcome=from_rollout)
     better = lambda tr: more_wins(*_flips(tr)[:2])
     passed = [t for t in req.candidates if better(runs[t])]
     out = {t: _acceptance(t, 'reject_minibatch', runs[t]) for t in req.candidates if t not in passed}
-    if veto_lower is None: return dict(sorted((out | {t: _acceptance(t, 'accept_confirmed', runs[t]) for t in passed}).items()))
+    if veto_lower is None:
+        return dict(sorted((out | {t: _acceptance(t, 'accept_confirmed', runs[t]) for t in passed}).items()))
     if passed:
-        full = await _paired_runs(runner, replace(req, candidates={t: req.candidates[t] for t in passed}), {t: _ladders_of(req)[t] for t in passed})
-        out |= {t: _acceptance(t, 'accept_confirmed' if not veto_lower or not_fewer_wins(*_flips(tr)[:2]) else 'reject_inertia', tr) for t, tr in full.items()}
+        full = await _paired_runs(runner, replace(req, candidates={t: req.candidates[t] for t in passed}),
+                                  {t: _ladders_of(req)[t] for t in passed})
+        out |= {t: _acceptance(t,
+                               'accept_confirmed' if not veto_lower or not_fewer_wins(*_flips(tr)[:2]) else 'reject_inertia', tr) for t, tr in full.items()}
     return dict(sorted(out.items()))
 
 async def gepa_pool_rule(runner:Workspace, req:GateRequest) -> dict[str, Acceptance]:
@@ -196,4 +213,5 @@ async def gepa_veto_rule(runner:Workspace, req:GateRequest) -> dict[str, Accepta
     return await gepa_rule(runner, req, veto_lower=True)
 
 ACCEPTANCE = {'gate': gate_rule, 'gepa': gepa_minibatch_rule, 'gepa_veto': gepa_veto_rule, 'greedy': greedy_rule,
-              'greedy_margin': greedy_margin_rule, 'fixed_n': fixed_n_rule, 'bayes': bayes_rule, 'gepa_pool': gepa_pool_rule}
+              'greedy_margin': greedy_margin_rule, 'fixed_n': fixed_n_rule, 'bayes': bayes_rule,
+              'gepa_pool': gepa_pool_rule}

@@ -78,8 +78,11 @@ class RecordedProvider:
         t0, call_id, key = time.monotonic(), uuid.uuid4().hex, request_key(self.role, self.model, messages, kw)
         try: r = await self.inner.chat(messages, **kw)
         except Exception as e:
-            self.record(telemetry_row(call_id=call_id, role=self.role, model=self.model, status='error', attempt=1, latency_s=time.monotonic() - t0, error=str(e)[:300]) | {'request_key': key}); raise
+            self.record(telemetry_row(call_id=call_id, role=self.role, model=self.model, status='error', attempt=1,
+                                      latency_s=time.monotonic() - t0, error=str(e)[:300]) | {'request_key': key})
+            raise
         usage = dict(r.usage or {})
         self.record(telemetry_row(call_id=call_id, role=self.role, model=r.model or self.model, status='ok', attempt=1,
-                                  latency_s=time.monotonic() - t0, cost=call_cost(r.model or self.model, usage), **usage) | {'request_key': key})
+                                  latency_s=time.monotonic() - t0, cost=call_cost(r.model or self.model, usage),
+                                  **usage) | {'request_key': key})
         return r

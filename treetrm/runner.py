@@ -35,16 +35,19 @@ class Runner(Workspace):
 def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFrame:
     "Forecast (and, given the run, actual) calls, tokens and cost per role."
     actual = role_usage(self.log, self._run_ids(rid)) if rid else {}
-    rows = [{'role': role, **{f'forecast_{k}': v for k, v in f.items()}, **({f'actual_{k}': actual.get(role, {}).get(k, 0) for k in f} if rid else {})}
+    rows = [{'role': role, **{f'forecast_{k}': v for k, v in f.items()},
+             **({f'actual_{k}': actual.get(role, {}).get(k, 0) for k in f} if rid else {})}
             for role, f in forecast['roles'].items()]
     return pl.DataFrame(rows)
 
 # %% ../nbs/17_runner.ipynb #51be9bb8
 def _decisions_frame(decisions) -> pl.DataFrame:
     "The decision log as a frame."
-    cols = ('epoch', 'step', 'gate_id', 'task_type', 'kind', 'decision', 'w', 'l', 'n_used', 'e_value', 'version', 'texts')
+    cols = ('epoch', 'step', 'gate_id', 'task_type', 'kind', 'decision', 'w', 'l', 'n_used', 'e_value', 'version',
+            'texts')
     rows = [{c: (' | '.join(d.get(c) or []) or None if c == 'texts' else d.get(c)) for c in cols} for d in decisions]  # an edit may carry no texts: []
-    schema = dict(epoch=pl.Int64, step=pl.Int64, gate_id=pl.String, task_type=pl.String, kind=pl.String, decision=pl.String, w=pl.Int64,
+    schema = dict(epoch=pl.Int64, step=pl.Int64, gate_id=pl.String, task_type=pl.String, kind=pl.String,
+                  decision=pl.String, w=pl.Int64,
                   l=pl.Int64, n_used=pl.Int64, e_value=pl.Float64, version=pl.String, texts=pl.String)
     return pl.DataFrame(rows, schema=schema)
 
@@ -59,8 +62,10 @@ def _show(self:Runner, run:TrainRun, rep:dict, title:str, prefix:str):
 def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
     "The step report of `gate_id`."
     mine = _decisions_frame([d for d in state.decisions if d['gate_id'] == gate_id])
-    has_gate = self.log.query('SELECT count(*) FROM gate_evidence WHERE run_id = ? AND gate_id = ?', (run.rid, gate_id)).item()
-    rep = report.step_report(self.log, run.rid, gate_id, run.config.gate.alpha, run.config.gate.tau, cost_runs=self._run_ids(run.rid),
+    has_gate = self.log.query('SELECT count(*) FROM gate_evidence WHERE run_id = ? AND gate_id = ?',
+                              (run.rid, gate_id)).item()
+    rep = report.step_report(self.log, run.rid, gate_id, run.config.gate.alpha, run.config.gate.tau,
+                             cost_runs=self._run_ids(run.rid),
                              thresholds=run.thresholds()) if has_gate else {}
     self._show(run, {'decisions': mine, **rep}, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
 
@@ -68,8 +73,11 @@ def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
 def _report_epoch(self:Runner, run:TrainRun, state:TrainState):
     "The epoch report of the epoch just ended."
     e = state.epochs[-1]
-    rep = report.epoch_report(self.log, run.rid, [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0, validation_accuracy=x['validation_accuracy'])
-                                               for x in state.epochs], run.val, e['previous_run'], e['validation_run'], tau=run.config.gate.tau,
+    rep = report.epoch_report(self.log, run.rid,
+                              [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0,
+                                    validation_accuracy=x['validation_accuracy'])
+                                               for x in state.epochs], run.val, e['previous_run'],
+                                               e['validation_run'], tau=run.config.gate.tau,
                               cost_runs=self._run_ids(run.rid))
     self._show(run, rep, f'{run.run_id} · epoch {e["epoch"]}', f'epoch{e["epoch"]}_')
 
@@ -77,10 +85,13 @@ def _report_epoch(self:Runner, run:TrainRun, state:TrainState):
 def final_report(self:Runner, result) -> dict:
     "The final report of a finished training run (a `TrainResult`): test comparison, curves, decisions, cost, forecast."
     m, rid = result.metrics, result.internal_run_id
-    epochs = [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0, validation_accuracy=x['validation_accuracy']) for x in m['epochs']]
-    rep = report.final_report(self.log, rid, epochs, self.pool('test'), m['test']['seed_run'], m['test']['delivered_run'],
+    epochs = [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0,
+                   validation_accuracy=x['validation_accuracy']) for x in m['epochs']]
+    rep = report.final_report(self.log, rid, epochs, self.pool('test'), m['test']['seed_run'],
+                              m['test']['delivered_run'],
                               cost_runs=self._run_ids(rid))
-    return rep | {'forecast_vs_actual': self.forecast_table(m['forecast'], rid), 'decision_log': _decisions_frame(result.state.decisions)}
+    return rep | {'forecast_vs_actual': self.forecast_table(m['forecast'], rid),
+                  'decision_log': _decisions_frame(result.state.decisions)}
 
 # %% ../nbs/17_runner.ipynb #a268e046
 @dataclass(frozen=True)
@@ -115,7 +126,8 @@ def training_calls(self:Runner, rid:str) -> int:
 @patch
 async def _advance_within(self:Runner, run:TrainRun, state:TrainState, budget:CallBudget) -> TrainState:
     "`_advance` under the hard call budget: a spent budget ends training at the last completed step, with nothing of the cut one kept."
-    if state.phase == 'final': return await self._advance(run, state)  # the final test is not training: outside the budget
+    if state.phase == 'final':
+        return await self._advance(run, state)  # the final test is not training: outside the budget
     try:
         with call_budget(budget): return await self._advance(run, state)
     except BudgetError:
@@ -126,12 +138,14 @@ async def _advance_within(self:Runner, run:TrainRun, state:TrainState, budget:Ca
 def _save(self:Runner, run:TrainRun, state:TrainState, budget:CallBudget|None=None):
     "Checkpoint the state, then tell `on_event` (with the calls made so far and the current skills)."
     save_checkpoint(run.checkpoint, state)
-    run.event('checkpoint', phase=state.phase, epoch=state.epoch, step=state.step, calls=budget.used if budget else None, skills_current=state.skills_current)
+    run.event('checkpoint', phase=state.phase, epoch=state.epoch, step=state.step,
+              calls=budget.used if budget else None, skills_current=state.skills_current)
 
 @patch
 def run_health(self:Runner, run_id:str) -> str|None:
     "`answer_health` of a run's stored answers: what to say first when most were INFRA or unformatted."
-    return answer_health(run_id, dict(self.log.query('SELECT stop_reason, COUNT(*) FROM predictions WHERE run_id = ? GROUP BY stop_reason', (run_id,)).iter_rows()))
+    return answer_health(run_id,
+                         dict(self.log.query('SELECT stop_reason, COUNT(*) FROM predictions WHERE run_id = ? GROUP BY stop_reason', (run_id,)).iter_rows()))
 
 @patch
 async def train(self:Runner, run_id:str='v1', # the training run; the same id resumes it
@@ -144,21 +158,32 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
                 **settings # more `TrainConfig` fields for this run, e.g. probation_evidence='fresh'
                ) -> TrainResult:
     "Train the skills (DESIGN §8): resumable by run id; ends with the best version delivered and tested once."
-    check_run_id(run_id); await self.split()
+    check_run_id(run_id)
+    await self.split()
     if health := self.run_health(BASELINE_RUN): print(f'WARNING: {health}')
-    cfg = train_config(self.config, **{k: v for k, v in dict(epochs=epochs, acceptance=acceptance).items() if v is not None}, **settings)
+    cfg = train_config(self.config,
+                       **{k: v for k, v in dict(epochs=epochs, acceptance=acceptance).items() if v is not None},
+                       **settings)
     run = open_train_run(self, run_id, cfg, self.resolve_version(start), fresh, show, on_event)
     state = load_checkpoint(run.checkpoint, expect_structural=run.parts)
-    if state is not None and state.phase == 'done': return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir, True)
+    if state is not None and state.phase == 'done':
+        return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir, True)
     self.log.start_run(run.rid, 'train', params=run.parts)
-    if state is None: state = await initial_state(self, run); self._save(run, state)
-    if show: report.show_report({'forecast': self.forecast_table(state.forecast)}, f'{run_id} · forecast for {cfg.epochs} epochs (gates at their ladder caps: an upper bound)')
+    if state is None:
+        state = await initial_state(self, run)
+        self._save(run, state)
+    if show:
+        report.show_report({'forecast': self.forecast_table(state.forecast)},
+                           f'{run_id} · forecast for {cfg.epochs} epochs (gates at their ladder caps: an upper bound)')
     from tqdm.auto import tqdm
     budget = CallBudget(cfg.max_calls, used=self.training_calls(run.rid))
     with tqdm(desc=f'train {run_id}', unit='step', disable=not self.progress, initial=state.global_step) as bar:
         while state.phase != 'done':
-            state = await self._advance_within(run, state, budget); self._save(run, state, budget)
-            bar.n = state.global_step; bar.set_postfix(epoch=state.epoch, phase=state.phase, best=f'{state.best_accuracy:.3f}'); bar.refresh()
+            state = await self._advance_within(run, state, budget)
+            self._save(run, state, budget)
+            bar.n = state.global_step
+            bar.set_postfix(epoch=state.epoch, phase=state.phase, best=f'{state.best_accuracy:.3f}')
+            bar.refresh()
     self.log.finish_run(run.rid)
     return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir)
 
@@ -172,20 +197,24 @@ async def final_test(self:Runner, skills_version:str='best', run_id:str|None=Non
 # %% ../nbs/17_runner.ipynb #fe96dd92
 def skills_diff(seed:dict[str,str], delivered:dict[str,str]) -> str:
     "A unified diff of two skill sets (file name -> text), file by file in name order."
-    return ''.join(''.join(difflib.unified_diff(seed.get(n, '').splitlines(keepends=True), delivered.get(n, '').splitlines(keepends=True),
-                                                f'seed/{n}', f'delivered/{n}')) for n in sorted(seed.keys() | delivered.keys()))
+    return ''.join(''.join(difflib.unified_diff(seed.get(n, '').splitlines(keepends=True),
+                                                delivered.get(n, '').splitlines(keepends=True),
+                                                f'seed/{n}',
+                                                f'delivered/{n}')) for n in sorted(seed.keys() | delivered.keys()))
 
 def _finished_run(runner, run_id:str) -> tuple[Path, dict, TrainState]:
     "The folder, metrics and final state of a finished training run, or a `ConfigError` saying what is missing."
     d = runner.workspace/'runs'/check_run_id(run_id)
     if not (d/'metrics.json').exists():
-        raise ConfigError(where(f'run {run_id!r} has not finished (no metrics.json)', 'Finish it with runner.train(run_id) first', folder=d))
+        raise ConfigError(where(f'run {run_id!r} has not finished (no metrics.json)',
+                                'Finish it with runner.train(run_id) first', folder=d))
     return d, read_json(d/'metrics.json'), load_checkpoint(d/'checkpoint.json')
 
 def _write_folder(out:Path, files:dict[str, bytes], overwrite:bool) -> Path:
     "Write `files` (relative path -> bytes) as the folder `out`, all at once: a temporary sibling moved into place."
     if out.exists() and any(out.iterdir()) and not overwrite:
-        raise ConfigError(where('the folder exists and is not empty', 'Choose another folder or pass overwrite=True', folder=out))
+        raise ConfigError(where('the folder exists and is not empty', 'Choose another folder or pass overwrite=True',
+                                folder=out))
     tmp = out.parent/f'.{out.name}.tmp-{uuid.uuid4().hex[:8]}'
     for rel, data in files.items(): atomic_write_bytes(tmp/rel, data)
     if out.exists(): shutil.rmtree(out)
@@ -209,14 +238,19 @@ def export(self:Runner, run_id:str, # a finished training run
     seed, delivered = self.skills.read_files(self.resolve_version('seed')), self.skills.read_files(m['delivered_version'])
     dec = _decisions_frame(s.decisions)
     files = {f'skills/{n}': t.encode() for n, t in delivered.items()} | {
-        'skills.diff': skills_diff(seed, delivered).encode(), 'metrics.json': (canonical_json(m, indent=2) + '\n').encode(),
-        'decisions.csv': dec.write_csv().encode(), 'decisions.jsonl': ''.join(canonical_json(x) + '\n' for x in s.decisions).encode(),
+        'skills.diff': skills_diff(seed, delivered).encode(),
+        'metrics.json': (canonical_json(m, indent=2) + '\n').encode(),
+        'decisions.csv': dec.write_csv().encode(),
+        'decisions.jsonl': ''.join(canonical_json(x) + '\n' for x in s.decisions).encode(),
         'config.json': (canonical_json(s.structural, indent=2) + '\n').encode()}
     files |= {f'figures/{p.name}': p.read_bytes() for p in sorted((d/'figures').glob('*')) if p.is_file()}
-    files |= {f'figures/{k}': v for k, v in self._final_figures(TrainResult(run_id, m['internal_run_id'], s, m, d)).items()}
-    manifest = dict(run_id=run_id, internal_run_id=m['internal_run_id'], seed_version=self.resolve_version('seed'), delivered_version=m['delivered_version'],
+    files |= {f'figures/{k}': v for k,
+              v in self._final_figures(TrainResult(run_id, m['internal_run_id'], s, m, d)).items()}
+    manifest = dict(run_id=run_id, internal_run_id=m['internal_run_id'], seed_version=self.resolve_version('seed'),
+                    delivered_version=m['delivered_version'],
                     test=m['test'], files={k: sha256_bytes(v) for k, v in sorted(files.items())})
-    return _write_folder(Path(out), files | {'manifest.json': (canonical_json(manifest, indent=2) + '\n').encode()}, overwrite)
+    return _write_folder(Path(out), files | {'manifest.json': (canonical_json(manifest, indent=2) + '\n').encode()},
+                         overwrite)
 
 @patch
 def promote_seed(self:Runner, version:str, # a version, or 'best', 'current', 'seed'
@@ -227,5 +261,7 @@ def promote_seed(self:Runner, version:str, # a version, or 'best', 'current', 's
     v = self.resolve_version(version)
     files = {n: t.encode() for n, t in self.skills.read_files(v).items()}
     test = _finished_run(self, run)[1]['test'] if run else None
-    prov = dict(workspace=str(self.workspace.resolve()), version=v, run=run, test=test, files={n: sha256_bytes(b) for n, b in sorted(files.items())})
-    return _write_folder(Path(out), files | {'.provenance.json': (canonical_json(prov, indent=2) + '\n').encode()}, overwrite)
+    prov = dict(workspace=str(self.workspace.resolve()), version=v, run=run, test=test,
+                files={n: sha256_bytes(b) for n, b in sorted(files.items())})
+    return _write_folder(Path(out), files | {'.provenance.json': (canonical_json(prov, indent=2) + '\n').encode()},
+                         overwrite)

@@ -19,7 +19,8 @@ from .config import TrainConfig
 from .gate import e_value_plus
 from .ladder import phat_from_log
 from .validate import open_probation, settle_probation, continue_probation, candidates_root
-from .evolve import (propose_edits, Blacklist, classify_pairs, momentum_guidance, guidance_files, guidance_from_files,
+from .evolve import (propose_edits, Blacklist, classify_pairs, momentum_guidance, guidance_files,
+                            guidance_from_files,
                             edit_texts, propose_prompt_edit, PROMPT_TARGET, PROMPT_TASK_TYPE)
 from .checkpoint import TrainState, decision_fingerprint
 from .calls import filed_under
@@ -38,7 +39,8 @@ __all__ = ['propose_step_edits', 'write_version', 'with_decision', 'decision_ent
            'decision_tally', 'run_metrics', 'delivered_version', 'without_open_edits', 'final_phase']
 
 # %% ../nbs/16f_train_loop.ipynb #263b7ac9
-async def propose_step_edits(ws:Workspace, run:TrainRun, state:TrainState, batch:list, roll:str, gate_id:str, ladders:dict) -> dict:
+async def propose_step_edits(ws:Workspace, run:TrainRun, state:TrainState, batch:list, roll:str, gate_id:str,
+                             ladders:dict) -> dict:
     "Diagnose the rollout's misses and ask the evolver for one edit per eligible task type."
     cur = ws.skills.path(state.skills_current)
     with filed_under(roll):
@@ -58,7 +60,8 @@ async def propose_step_edits(ws:Workspace, run:TrainRun, state:TrainState, batch
 def write_version(ws:Workspace, state:TrainState, files:dict, source:str, trigger:str) -> str:
     "A skills version holding the current files with `files` changed; made current."
     merged = ws.skills.read_files(state.skills_current) | files
-    v = ws.skills.find_identical(merged) or ws.skills.create(files, parent=state.skills_current, source=source, trigger_run=trigger)
+    v = ws.skills.find_identical(merged) or ws.skills.create(files, parent=state.skills_current, source=source,
+                                                             trigger_run=trigger)
     set_current(ws.workspace, v, trigger, event=source)
     return v
 
@@ -69,26 +72,39 @@ def with_decision(state:TrainState, entry:dict, **changes) -> TrainState:
 def decision_entry(state:TrainState, gate_id:str, task_type:str, kind:str, decision:str, **kw) -> dict:
     "One entry of the decision log (no timing, so equal across an interrupted and an uninterrupted run)."
     e = kw.pop('e_value', None)
-    return dict(epoch=state.epoch, step=state.step + 1, gate_id=gate_id, task_type=task_type, kind=kind, decision=decision,
+    return dict(epoch=state.epoch, step=state.step + 1, gate_id=gate_id, task_type=task_type, kind=kind,
+                decision=decision,
                 e_value=None if e is None else float(f'{e:.6g}'), **kw)
 
 # %% ../nbs/16f_train_loop.ipynb #3c6c1701
-def settle_proposal(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal, acceptance:Acceptance|None) -> tuple[TrainState, bool]:
+def settle_proposal(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal,
+                    acceptance:Acceptance|None) -> tuple[TrainState, bool]:
     "Apply one type's proposal outcome to the state; (state, whether the type counts as rejected)."
     t, bl = proposal.task_type, Blacklist.from_dict(state.blacklist)
-    info = dict(target=proposal.target, fingerprint=proposal.fingerprint, texts=list(edit_texts(proposal.edit)) if proposal.edit else [],
+    info = dict(target=proposal.target, fingerprint=proposal.fingerprint,
+                texts=list(edit_texts(proposal.edit)) if proposal.edit else [],
                 rule_kinds=rule_kinds(run.world, t, proposal.edit) if proposal.edit else None)
     if not proposal.ok:
-        if proposal.status == 'invalid' and proposal.edit is not None: state = replace(state, blacklist=bl.add(t, proposal.edit, f'invalid:{proposal.reason}').to_dict())
-        return with_decision(state, decision_entry(state, gate_id, t, 'proposal', proposal.status, reason=proposal.reason, **info)), False
+        if proposal.status == 'invalid' and proposal.edit is not None:
+            state = replace(state, blacklist=bl.add(t, proposal.edit, f'invalid:{proposal.reason}').to_dict())
+        return with_decision(state,
+                             decision_entry(state, gate_id, t, 'proposal', proposal.status, reason=proposal.reason,
+                                            **info)), False
     counts = dict(w=acceptance.w, l=acceptance.l, n_used=acceptance.n_used, e_value=acceptance.e_value)
     current_text = ws.skills.read_files(state.skills_current).get(proposal.target, '').replace('\r\n', '\n')
-    if acceptance.accepted and proposal.base_sha256 != sha256_text(current_text):  # another type's edit in this step changed the same file
-        return with_decision(state, decision_entry(state, gate_id, t, 'gate', 'skipped_conflict', **counts, **info)), True
-    if acceptance.decision == 'accept_confirmed': return accept_confirmed(ws, run, state, gate_id, proposal, acceptance, counts | info), False
-    if acceptance.decision == 'accept_provisional' and proposal.target == DEFAULT_SKILL:  # only confirmed edits may change the shared skill
-        return with_decision(state, decision_entry(state, gate_id, t, 'gate', 'provisional_not_applied', **counts, **info)), True
-    if acceptance.decision == 'accept_provisional': return accept_provisional(ws, run, state, gate_id, proposal, acceptance, counts | info), False
+    if acceptance.accepted and proposal.base_sha256 != sha256_text(current_text):
+        # another type's edit in this step changed the same file
+        return with_decision(state,
+                             decision_entry(state, gate_id, t, 'gate', 'skipped_conflict', **counts, **info)), True
+    if acceptance.decision == 'accept_confirmed':
+        return accept_confirmed(ws, run, state, gate_id, proposal, acceptance, counts | info), False
+    if acceptance.decision == 'accept_provisional' and proposal.target == DEFAULT_SKILL:
+        # only confirmed edits may change the shared skill
+        return with_decision(state,
+                             decision_entry(state, gate_id, t, 'gate', 'provisional_not_applied', **counts,
+                                            **info)), True
+    if acceptance.decision == 'accept_provisional':
+        return accept_provisional(ws, run, state, gate_id, proposal, acceptance, counts | info), False
     state = replace(state, blacklist=bl.add(t, proposal.edit, acceptance.decision).to_dict())
     return with_decision(state, decision_entry(state, gate_id, t, 'gate', acceptance.decision, **counts, **info)), True
 
@@ -97,21 +113,26 @@ def type_question_ids(run:TrainRun, task_type:str) -> list[str]:
     "Validation question ids of a task type."
     return [q.question_id for q in run.val if q.task_type == task_type]
 
-def accept_confirmed(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal, acceptance:Acceptance, info:dict) -> TrainState:
+def accept_confirmed(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal, acceptance:Acceptance,
+                     info:dict) -> TrainState:
     "Apply a confirmed edit: new version, merged correctness, cleared blacklist."
     v = write_version(ws, state, proposal.files, 'accept', run.ids.step(gate_id))
     run.event('version_created', version=v, gate_id=gate_id, task_type=proposal.task_type)
     d = decision_entry(state, gate_id, proposal.task_type, 'gate', acceptance.decision, version=v, **info)
-    return with_decision(state, d, skills_current=v, correctness=state.correctness | acceptance.candidate_correct, blacklist=Blacklist.from_dict(state.blacklist).clear(proposal.task_type).to_dict())
+    return with_decision(state, d, skills_current=v, correctness=state.correctness | acceptance.candidate_correct,
+                         blacklist=Blacklist.from_dict(state.blacklist).clear(proposal.task_type).to_dict())
 
-def accept_provisional(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal, acceptance:Acceptance, info:dict) -> TrainState:
+def accept_provisional(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal, acceptance:Acceptance,
+                       info:dict) -> TrainState:
     "Apply a provisional edit and open its probation."
     snapshot = {q: state.correctness[q] for q in type_question_ids(run, proposal.task_type)}
     v = write_version(ws, state, proposal.files, 'accept_provisional', run.ids.step(gate_id))
     run.event('version_created', version=v, gate_id=gate_id, task_type=proposal.task_type)
-    pb = open_probation(acceptance.outcome, anchor_version=state.skills_current, candidate_version=v, correctness_snapshot=snapshot, edit=proposal.edit)
+    pb = open_probation(acceptance.outcome, anchor_version=state.skills_current, candidate_version=v,
+                        correctness_snapshot=snapshot, edit=proposal.edit)
     d = decision_entry(state, gate_id, proposal.task_type, 'gate', acceptance.decision, version=v, **info)
-    return with_decision(state, d, skills_current=v, correctness=state.correctness | acceptance.candidate_correct, probations=state.probations + (pb,))
+    return with_decision(state, d, skills_current=v, correctness=state.correctness | acceptance.candidate_correct,
+                         probations=state.probations + (pb,))
 
 # %% ../nbs/16f_train_loop.ipynb #ebf65ea1
 async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState:
@@ -119,7 +140,8 @@ async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState
     gate_id = make_gate_id(state.epoch, state.step + 1)
     batch, roll = [ws.by_id[q] for q in state.batches[state.step]], run.ids.rollout(gate_id)
     ids = [q.question_id for q in batch]
-    await ws._infer(batch, roll, state.skills_current, kind='rollout', prompts_version=state.prompts_version, progress=False,
+    await ws._infer(batch, roll, state.skills_current, kind='rollout', prompts_version=state.prompts_version,
+                    progress=False,
                       temperature=run.config.temperature)
     preds = ws.log.predictions(roll).filter(pl.col('question_id').is_in(ids))
     correctness = apply_batch_correctness(state.correctness, ids, preds, roll)
@@ -130,7 +152,8 @@ async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState
     cands = {t: p.edit for t, p in proposals.items() if p.ok}
     history = gate_history(state.decisions)
     params = {t: type_gate_params(run.config, ladders[t], run.evidence_cap(t), history) for t in cands}
-    req = GateRequest(run.rid, gate_id, cands, state.skills_current, state.prompts_version, {t: ladders[t] for t in cands}, tuple(run.val_units),
+    req = GateRequest(run.rid, gate_id, cands, state.skills_current, state.prompts_version,
+                      {t: ladders[t] for t in cands}, tuple(run.val_units),
                       params, tuple(batch), {q: correctness[q] for q in ids}, run.config.reuse_base,
                       run.config.temperature)
     results = await run.rule(ws, req) if cands else {}
@@ -139,7 +162,8 @@ async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState
     for t in sorted(proposals):
         state, rej = settle_proposal(ws, run, state, gate_id, proposals[t], results.get(t))
         if rej: rejected.append(t)
-    return replace(state, cooldowns=tick_cooldowns(state.cooldowns, rejected, run.config.cooldown_steps), step=state.step + 1, global_step=state.global_step + 1)
+    return replace(state, cooldowns=tick_cooldowns(state.cooldowns, rejected, run.config.cooldown_steps),
+                   step=state.step + 1, global_step=state.global_step + 1)
 
 # %% ../nbs/16f_train_loop.ipynb #85b2ddb2
 def dual_metric_rows(run_id:str, scope:str, skills_version:str, questions, correct:Mapping[str,bool]) -> list[dict]:
@@ -148,7 +172,8 @@ def dual_metric_rows(run_id:str, scope:str, skills_version:str, questions, corre
     for tt in sorted({q.task_type for q in questions}) + ['ALL']:
         qs, us = [q for q in questions if tt in ('ALL', q.task_type)], [u for u in units if tt in ('ALL', u.task_type)]
         qc, uc = sum(bool(correct[q.question_id]) for q in qs), sum(unit_correct(u, correct) for u in us)
-        rows.append(dict(run_id=run_id, scope=scope, task_type=tt, skills_version=skills_version, n_questions=len(qs), question_correct=qc,
+        rows.append(dict(run_id=run_id, scope=scope, task_type=tt, skills_version=skills_version, n_questions=len(qs),
+                         question_correct=qc,
                          question_accuracy=qc / len(qs), n_units=len(us), unit_correct=uc, unit_accuracy=uc / len(us)))
     return rows
 
@@ -156,18 +181,21 @@ def holdout_rows(predictions:pl.DataFrame, questions, skills_version:str) -> lis
     "The `holdout_eval` rows of a final test run."
     unit_of = {q.question_id: q.unit_id or q.question_id for q in questions}
     cols = ('run_id', 'question_id', 'video_id', 'task_type', 'prediction', 'answer', 'correct', 'stop_reason')
-    return [{c: r[c] for c in cols} | dict(skills_version=skills_version, unit_id=unit_of[r['question_id']]) for r in predictions.iter_rows(named=True) if r['question_id'] in unit_of]
+    return [{c: r[c] for c in cols} | dict(skills_version=skills_version,
+                                           unit_id=unit_of[r['question_id']]) for r in predictions.iter_rows(named=True) if r['question_id'] in unit_of]
 
 # %% ../nbs/16f_train_loop.ipynb #af853692
 async def anchor_correctness(ws:Workspace, run:TrainRun, state:TrainState, probation) -> dict[str, bool]:
     "A fresh draw of the anchor skills (current files, the type's file at its anchor) on the type's validation questions; INFRA answers left out."
     target, slug = probation.pending_edits[-1].target, skill_slug(probation.task_type)
-    qs, rid = [q for q in run.val if q.task_type == probation.task_type], run.ids.anchor(state.epoch, probation.task_type)
+    qs, rid = [q for q in run.val if q.task_type == probation.task_type], run.ids.anchor(state.epoch,
+                                                                                         probation.task_type)
     dest = candidates_root(ws.workspace, run.ids.epoch_part(state.epoch, 'anchor'))/slug
     files = ws.skills.read_files(state.skills_current) | {target: ws.skills.read_files(probation.anchor_version)[target]}
     try:
         for name, text in files.items(): atomic_write_text(dest/name, text)
-        await ws._infer(qs, rid, None, kind='probation', skills_dir=dest, prompts_version=state.prompts_version, progress=False,
+        await ws._infer(qs, rid, None, kind='probation', skills_dir=dest, prompts_version=state.prompts_version,
+                        progress=False,
                           summarise=False, temperature=run.config.temperature)
     finally: shutil.rmtree(dest.parent, ignore_errors=True)
     p = ws.log.predictions(rid).filter(~pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)))
@@ -175,22 +203,29 @@ async def anchor_correctness(ws:Workspace, run:TrainRun, state:TrainState, proba
 
 def probation_entry(run:TrainRun, state:TrainState, probation, action:str, w:int, l:int, n_used:int) -> dict:
     "The decision-log entry of a probation's settlement, with the texts and world rule kinds of its edits."
-    return decision_entry(state, make_gate_id(state.epoch), probation.task_type, 'probation', action, w=w, l=l, n_used=n_used, e_value=float(e_value_plus(w, l)),
+    return decision_entry(state, make_gate_id(state.epoch), probation.task_type, 'probation', action, w=w, l=l,
+                          n_used=n_used, e_value=float(e_value_plus(w, l)),
                      fingerprint=None, texts=[t for e in probation.pending_edits for t in edit_texts(e)],
-                     rule_kinds=[k for e in probation.pending_edits for k in rule_kinds(run.world, probation.task_type, e)])
+                     rule_kinds=[k for e in probation.pending_edits for k in rule_kinds(run.world,
+                                                                                        probation.task_type, e)])
 
 async def settle_one_probation(ws:Workspace, run:TrainRun, state:TrainState, probation, r_correct:dict) -> TrainState:
     "Settle one probation on R; returns the state with it confirmed, kept or reverted."
     units = [u for u in run.val_units if u.task_type == probation.task_type]
-    if run.evidence == 'fresh': w, l, ids = probation_pairs(units, await anchor_correctness(ws, run, state, probation), r_correct)
+    if run.evidence == 'fresh':
+        w, l, ids = probation_pairs(units, await anchor_correctness(ws, run, state, probation), r_correct)
     else: w, l, ids = probation_pairs(units, probation.correctness_snapshot, r_correct, probation.consumed_units)
-    params = replace(run.config.gate, evidence_cap=run.evidence_cap(probation.task_type)) if run.config.calibrate else run.config.gate
+    params = replace(run.config.gate,
+                     evidence_cap=run.evidence_cap(probation.task_type)) if run.config.calibrate else run.config.gate
     action = settle_probation(probation, w, l, params, run.config.probation_rounds)
     edit = probation.pending_edits[-1]
     d = probation_entry(run, state, probation, action, probation.w + w, probation.l + l, probation.n_used + len(ids))
-    if action == 'keep': return with_decision(state, d, probations=state.probations + (continue_probation(probation, w, l, len(ids), ids),))
+    if action == 'keep':
+        return with_decision(state, d,
+                             probations=state.probations + (continue_probation(probation, w, l, len(ids), ids),))
     if action == 'confirm': return with_decision(state, d)
-    v = write_version(ws, state, {edit.target: ws.skills.read_files(probation.anchor_version)[edit.target]}, 'revert', run.ids.epoch_part(state.epoch, 'R'))
+    v = write_version(ws, state, {edit.target: ws.skills.read_files(probation.anchor_version)[edit.target]}, 'revert',
+                      run.ids.epoch_part(state.epoch, 'R'))
     bl = Blacklist.from_dict(state.blacklist)
     for e in probation.pending_edits: bl = bl.add(probation.task_type, e, 'probation_revert')
     return with_decision(state, d | dict(version=v), skills_current=v, blacklist=bl.to_dict(),
@@ -212,10 +247,13 @@ async def momentum_update(ws:Workspace, run:TrainRun, state:TrainState) -> Train
     with filed_under(run.ids.epoch_part(state.epoch, 'momentum')):
         m = await momentum_guidance(pairs, previous_guidance=old, evolver=ws.providers['evolver'], questions=ws.by_id,
                                     seed=stable_seed(ws.seed, run.rid, state.epoch, 'momentum'))
-    d = decision_entry(state, make_gate_id(state.epoch), None, 'momentum', 'updated' if m.updated and m.guidance != old else 'kept', reason=m.reason, pairs=pairs.counts())
+    d = decision_entry(state, make_gate_id(state.epoch), None, 'momentum',
+                       'updated' if m.updated and m.guidance != old else 'kept', reason=m.reason, pairs=pairs.counts())
     if not state.prompts_version or not (m.updated and m.guidance != old): return with_decision(state, d)
     files = ws.prompts.read_files(state.prompts_version) | guidance_files(m.guidance)
-    pv = ws.prompts.find_identical(files) or ws.prompts.create(guidance_files(m.guidance), parent=state.prompts_version, source='momentum', trigger_run=run.ids.epoch_part(state.epoch, 'R'))
+    pv = ws.prompts.find_identical(files) or ws.prompts.create(guidance_files(m.guidance),
+                                                               parent=state.prompts_version, source='momentum',
+                                                               trigger_run=run.ids.epoch_part(state.epoch, 'R'))
     set_prompts(ws.workspace, pv, run.rid, event='momentum')
     return with_decision(state, d | dict(version=pv), prompts_version=pv)
 
@@ -225,21 +263,29 @@ async def prompt_edit_update(ws:Workspace, run:TrainRun, state:TrainState, r_acc
     ids = sorted({q for b in state.batches for q in b})
     if not run.config.prompt_edit or not state.prompts_version: return state, []
     files = ws.prompts.read_files(state.prompts_version)
-    pairs = classify_pairs({q: state.epoch_start_correctness[q] for q in ids}, {q: state.correctness[q] for q in ids}) if ids else None
+    pairs = classify_pairs({q: state.epoch_start_correctness[q] for q in ids},
+                           {q: state.correctness[q] for q in ids}) if ids else None
     with filed_under(run.ids.epoch_part(state.epoch, 'prompt')):
-        p = await propose_prompt_edit(files.get(PROMPT_TARGET, ''), evolver=ws.providers['evolver'], pairs=pairs, questions=ws.by_id,
+        p = await propose_prompt_edit(files.get(PROMPT_TARGET, ''), evolver=ws.providers['evolver'], pairs=pairs,
+                                      questions=ws.by_id,
                                       blacklist=Blacklist.from_dict(state.blacklist),
                                       seed=stable_seed(ws.seed, run.rid, state.epoch, 'prompt'))
     info = dict(target=PROMPT_TARGET, fingerprint=p.fingerprint, texts=list(edit_texts(p.edit)) if p.edit else [])
-    if not p.ok: return with_decision(state, decision_entry(state, make_gate_id(state.epoch), None, 'prompt', 'invalid', reason=p.reason or p.status, **info)), []
+    if not p.ok:
+        return with_decision(state,
+                             decision_entry(state, make_gate_id(state.epoch), None, 'prompt', 'invalid',
+                                            reason=p.reason or p.status, **info)), []
     R2 = run.ids.epoch_part(state.epoch, 'R2')
-    pv = ws.prompts.find_identical(files | p.files) or ws.prompts.create(p.files, parent=state.prompts_version, source='prompt_edit', trigger_run=R2)
+    pv = ws.prompts.find_identical(files | p.files) or ws.prompts.create(p.files, parent=state.prompts_version,
+                                                                         source='prompt_edit', trigger_run=R2)
     set_prompts(ws.workspace, pv, run.rid, event='prompt_edit')
-    await ws._infer(run.val, R2, state.skills_current, kind='validation', prompts_version=pv, progress=False, temperature=run.config.temperature)
+    await ws._infer(run.val, R2, state.skills_current, kind='validation', prompts_version=pv, progress=False,
+                    temperature=run.config.temperature)
     got = predictions_correctness(ws.log, R2)
     r2 = {q.question_id: bool(got.get(q.question_id, False)) for q in run.val}
     acc2 = pool_accuracy(r2, run.val)
-    d = decision_entry(state, make_gate_id(state.epoch), None, 'prompt', 'kept' if acc2 >= r_acc else 'reverted', accuracy=round(acc2, 6), r_accuracy=round(r_acc, 6), version=pv, **info)
+    d = decision_entry(state, make_gate_id(state.epoch), None, 'prompt', 'kept' if acc2 >= r_acc else 'reverted',
+                       accuracy=round(acc2, 6), r_accuracy=round(r_acc, 6), version=pv, **info)
     if acc2 >= r_acc: return with_decision(state, d, prompts_version=pv, correctness=state.correctness | r2), [R2]
     set_prompts(ws.workspace, state.prompts_version, run.rid, event='prompt_revert')
     bl = Blacklist.from_dict(state.blacklist).add(PROMPT_TASK_TYPE, p.edit, 'prompt_reverted')
@@ -259,26 +305,39 @@ def budget_spent(ws:Workspace, run:TrainRun) -> bool:
 async def slow_update(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState:
     "The epoch end: R, probation settlement, best pointer, momentum, p̂ refresh, next epoch or the end."
     R = run.ids.epoch_part(state.epoch, 'R')
-    await ws._infer(run.val, R, state.skills_current, kind='validation', prompts_version=state.prompts_version, progress=False,
+    await ws._infer(run.val, R, state.skills_current, kind='validation', prompts_version=state.prompts_version,
+                    progress=False,
                       temperature=run.config.temperature)
     got = predictions_correctness(ws.log, R)
     if missing := [q.question_id for q in run.val if q.question_id not in got]: raise InfraError(where(f'{len(missing)} validation questions have no prediction', 'Resume the run', run_id=R))
     r_correct, prev = {q.question_id: bool(got[q.question_id]) for q in run.val}, state.validation_run
     ws.log.insert_many({'dual_metric': dual_metric_rows(R, 'validation', state.skills_current, run.val, r_correct)})
-    state = await settle_probations(ws, run, replace(state, correctness=state.correctness | r_correct, validation_run=R), r_correct)
+    state = await settle_probations(ws, run,
+                                    replace(state, correctness=state.correctness | r_correct, validation_run=R),
+                                    r_correct)
     acc, r_acc = pool_accuracy(state.correctness, run.val), pool_accuracy(r_correct, run.val)
     better = acc > state.best_accuracy
     if better: set_best(ws.workspace, state.skills_current, R, event='best')
-    state = with_decision(state, decision_entry(state, make_gate_id(state.epoch), None, 'best', 'moved' if better else 'kept', accuracy=round(acc, 6), version=state.skills_current), skills_best=state.skills_current if better else state.skills_best, best_accuracy=max(acc, state.best_accuracy), epochs_without_best=0 if better else state.epochs_without_best + 1)
+    state = with_decision(state,
+                          decision_entry(state, make_gate_id(state.epoch), None, 'best',
+                                         'moved' if better else 'kept', accuracy=round(acc, 6),
+                                         version=state.skills_current),
+                                         skills_best=state.skills_current if better else state.skills_best,
+                                         best_accuracy=max(acc, state.best_accuracy),
+                                         epochs_without_best=0 if better else state.epochs_without_best + 1)
     state = await momentum_update(ws, run, state)
     state, kept_r2 = await prompt_edit_update(ws, run, state, r_acc)
     phat = phat_from_log(ws.log, [R, *kept_r2], run.val_units, run.config.gamma, INFRA_STOP_REASONS, phat=state.phat)
-    row = dict(epoch=state.epoch, rollout_accuracy=rollout_accuracy(ws.log, run.rid, state), validation_accuracy=acc, r_accuracy=r_acc,
-               best_accuracy=state.best_accuracy, skills_version=state.skills_current, best_version=state.skills_best, steps=len(state.batches), validation_run=R, previous_run=prev)
+    row = dict(epoch=state.epoch, rollout_accuracy=rollout_accuracy(ws.log, run.rid, state), validation_accuracy=acc,
+               r_accuracy=r_acc,
+               best_accuracy=state.best_accuracy, skills_version=state.skills_current, best_version=state.skills_best,
+               steps=len(state.batches), validation_run=R, previous_run=prev)
     state = replace(state, phat=phat, epochs=state.epochs + (row,))
     run.event('epoch_done', epoch=state.epoch)
     if spent := budget_spent(ws, run):
-        state = with_decision(state, decision_entry(state, make_gate_id(state.epoch), None, 'budget', 'spent', agent_calls=ws.training_agent_calls(run.rid)))
+        state = with_decision(state,
+                              decision_entry(state, make_gate_id(state.epoch), None, 'budget', 'spent',
+                                             agent_calls=ws.training_agent_calls(run.rid)))
     if spent or state.epoch >= run.config.epochs or should_stop_early(state.epochs_without_best, run.config.patience):
         return replace(state, phase='final', stopped_early=state.epoch < run.config.epochs)
     return start_epoch(ws, run, state, state.epoch + 1)
@@ -301,19 +360,25 @@ def decision_tally(decisions) -> dict[str, int]:
 # %% ../nbs/16f_train_loop.ipynb #fda5007f
 def _plain(frame:pl.DataFrame) -> list[dict]:
     "Rows of a frame as JSON-safe dicts (NaN -> None)."
-    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()} for row in frame.to_dicts()]
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k,
+             v in row.items()} for row in frame.to_dicts()]
 
 def run_metrics(ws:Workspace, run:TrainRun, state:TrainState, final:str) -> dict:
     "The run's metrics as plain data."
     pc = report.paired_comparison(ws.log, BASELINE_RUN, final, run.test)
     total = pc.filter(pl.col('task_type') == 'ALL').row(0, named=True)
-    test = dict(n=total['n'], seed_accuracy=total['acc_a'], delivered_accuracy=total['acc_b'], delta=total['delta'], w=total['w'], l=total['l'],
+    test = dict(n=total['n'], seed_accuracy=total['acc_a'], delivered_accuracy=total['acc_b'], delta=total['delta'],
+                w=total['w'], l=total['l'],
                 p_mcnemar=total['p_mcnemar'], e_value=total['e_value'], seed_run=BASELINE_RUN, delivered_run=final)
-    return dict(run_id=run.run_id, internal_run_id=run.rid, acceptance=run.config.to_dict()['acceptance'], start_version=run.start,
-                best_version=state.skills_best, delivered_version=delivered_version(run.config, state), prompts_version=state.prompts_version,
-                epochs=list(state.epochs), stopped_early=state.stopped_early, steps=state.global_step, test=test, test_by_type=_plain(pc),
+    return dict(run_id=run.run_id, internal_run_id=run.rid, acceptance=run.config.to_dict()['acceptance'],
+                start_version=run.start,
+                best_version=state.skills_best, delivered_version=delivered_version(run.config, state),
+                prompts_version=state.prompts_version,
+                epochs=list(state.epochs), stopped_early=state.stopped_early, steps=state.global_step, test=test,
+                test_by_type=_plain(pc),
                 decisions=decision_tally(state.decisions), confirmed_rules=confirmed_rule_counts(state.decisions),
-                gated_task_types=sorted(run.gated), forecast=state.forecast, actual=role_usage(ws.log, ws._run_ids(run.rid)),
+                gated_task_types=sorted(run.gated), forecast=state.forecast,
+                actual=role_usage(ws.log, ws._run_ids(run.rid)),
                 decision_fingerprint=decision_fingerprint(state.decisions))
 
 def delivered_version(config:TrainConfig, state:TrainState) -> str:
@@ -337,12 +402,14 @@ async def final_phase(ws:Workspace, run:TrainRun, state:TrainState) -> TrainStat
     if state.probations and run.config.open_probations == 'revert': state, v = without_open_edits(ws, run, state, v)
     m, event = load_manifest(ws.workspace), f'deliver_{run.config.deliver}'
     redone = m.skills_current == v and m.history and (m.history[-1]['event'], m.history[-1]['run']) == (event, run.rid)
-    if not redone: set_current(ws.workspace, v, run.rid, event=event)  # a resume after a kill here records the delivery once
+    if not redone: set_current(ws.workspace, v, run.rid,
+                               event=event)  # a resume after a kill here records the delivery once
     final = run.ids.final_test()
     await ws._infer(run.test, final, v, kind='final_test', prompts_version=state.prompts_version, progress=False,
                       temperature=run.config.temperature)
     preds = ws.log.predictions(final)
-    ws.log.insert_many({'dual_metric': dual_metric_rows(final, 'test', v, run.test, predictions_correctness(ws.log, final)),
+    ws.log.insert_many({'dual_metric': dual_metric_rows(final, 'test', v, run.test,
+                                                        predictions_correctness(ws.log, final)),
                           'holdout_eval': holdout_rows(preds, run.test, v)})
     atomic_write_json(run.dir/'metrics.json', run_metrics(ws, run, state, final))
     return replace(state, phase='done', skills_current=v)

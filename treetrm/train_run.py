@@ -41,7 +41,8 @@ def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> corr
     "The correctness map updated with the rollout; `InfraError` when a batch question has no prediction."
     got = dict(zip(predictions['question_id'].to_list(), predictions['correct'].fill_null(False).to_list()))
     if missing := [q for q in batch_ids if q not in got]:
-        raise InfraError(where(f'{len(missing)} batch questions have no prediction (first: {missing[0]!r})', 'The rollout did not finish; resume the run', run_id=run_id))
+        raise InfraError(where(f'{len(missing)} batch questions have no prediction (first: {missing[0]!r})',
+                               'The rollout did not finish; resume the run', run_id=run_id))
     return dict(correctness) | {q: bool(got[q]) for q in batch_ids}
 
 def guard_infra(predictions:pl.DataFrame, # the rollout's prediction rows
@@ -79,7 +80,9 @@ def probation_pairs(units, # the type's validation units
     for u in units:
         if u.unit_id in done or not all(q in snapshot and q in current for q in u.question_ids): continue
         b, c = unit_correct(u, snapshot), unit_correct(u, current)
-        w += (not b) and c; l += b and not c; ids.append(u.unit_id)
+        w += (not b) and c
+        l += b and not c
+        ids.append(u.unit_id)
     return w, l, ids
 
 # %% ../nbs/16e_train_run.ipynb #73f91cb4
@@ -99,7 +102,9 @@ class TrainRun:
     dir: Path # workspace/runs/<run_id>
     config: TrainConfig
     start: str # the skills version training starts from
-    diag: list; val: list; test: list # the pools' questions
+    diag: list
+    val: list
+    test: list # the pools' questions
     val_units: list # validation units
     gated: set # task types with enough validation units to gate
     world: dict|None # world.json of a sim world
@@ -149,7 +154,8 @@ def probation_design(config:TrainConfig, # the run's settings
     if config.probation_evidence == 'fresh' and not samples:
         raise ConfigError(where(f'probation_evidence=fresh needs an agent that samples, but the {backend} agent runs at '
                                 f'temperature {config.temperature}: its repeated draws would repeat the gate\'s pairs',
-                                'Set train.temperature above 0, or use probation_evidence=auto or snapshot', field='probation_evidence'))
+                                'Set train.temperature above 0, or use probation_evidence=auto or snapshot',
+                                field='probation_evidence'))
     fresh = config.probation_evidence == 'fresh' or (config.probation_evidence == 'auto' and samples)
     evidence = 'fresh' if fresh else 'snapshot'
     share = config.probation_share if config.probation_share is not None else (0.0 if evidence == 'fresh' else 1/3)
@@ -164,12 +170,15 @@ def open_train_run(ws:Workspace, run_id:str, cfg:TrainConfig, start:str, fresh:b
     sizes = {t: sum(u.task_type == t for u in units) for t in {u.task_type for u in units}}
     world = read_json(ws.data_dir/'world.json') if (ws.data_dir/'world.json').exists() else None
     rule = ACCEPTANCE[cfg.acceptance] if isinstance(cfg.acceptance, str) else cfg.acceptance
-    parts = structural_parts(questions_sha=questions_fingerprint(ws.questions_path, ws.questions), pools_sha=sha256_file(pools_dir(ws.workspace)/'pools.json'),
-                             config=cfg.to_dict(), gate_params=asdict(cfg.gate), seed=ws.seed, backend=ws.backend, run_id=rid, start=start,
+    parts = structural_parts(questions_sha=questions_fingerprint(ws.questions_path, ws.questions),
+                             pools_sha=sha256_file(pools_dir(ws.workspace)/'pools.json'),
+                             config=cfg.to_dict(), gate_params=asdict(cfg.gate), seed=ws.seed, backend=ws.backend,
+                             run_id=rid, start=start,
                              skill_mode=ws.skill_mode)
     evidence, share = probation_design(cfg, ws.backend)
     return TrainRun(run_id, rid, ws.workspace/'runs'/run_id, cfg, start, diag, val, test, units,
-                     {t for t, n in sizes.items() if n >= cfg.min_ladder_units}, world, rule, parts, evidence, share, show, on_event)
+                     {t for t, n in sizes.items() if n >= cfg.min_ladder_units}, world, rule, parts, evidence, share,
+                     show, on_event)
 
 # %% ../nbs/16e_train_run.ipynb #2d6b18fd
 def pool_accuracy(correctness:Mapping[str,bool], questions) -> float:
@@ -192,8 +201,10 @@ async def initial_state(ws:Workspace, run:TrainRun) -> TrainState:
     correctness, source = await start_correctness(ws, run)
     phat = phat_from_log(ws.log, [source], run.val_units, run.config.gamma, INFRA_STOP_REASONS)
     pv = load_manifest(ws.workspace).prompts_version
-    set_current(ws.workspace, run.start, run.rid, event='train_start'); set_best(ws.workspace, run.start, run.rid, event='train_start')
-    state = TrainState(run.rid, run.parts, run.start, run.start, pv, correctness, best_accuracy=pool_accuracy(correctness, run.val), phat=phat,
+    set_current(ws.workspace, run.start, run.rid, event='train_start')
+    set_best(ws.workspace, run.start, run.rid, event='train_start')
+    state = TrainState(run.rid, run.parts, run.start, run.start, pv, correctness,
+                       best_accuracy=pool_accuracy(correctness, run.val), phat=phat,
                    rng_state=rng_to_json(random.Random(stable_seed(ws.seed, run.rid, 'train'))), validation_run=source)
     state = start_epoch(ws, run, state, 1)
     return replace(state, forecast=forecast(ws, run, state, source))
@@ -220,13 +231,15 @@ def start_epoch(ws:Workspace, run:TrainRun, state:TrainState, epoch:int) -> Trai
     "The state at the start of `epoch`: batch plan, frozen ladders, correctness snapshot."
     rng = rng_from_json(state.rng_state)
     batches = build_batches(run.diag, state.correctness, replace(run.config.batch, seed=rng.randrange(2**31)))
-    units, _ = split_reserve([u for u in run.val_units if u.task_type in run.gated], run.reserve_share, stable_seed(ws.seed, run.rid, 'reserve'))
+    units, _ = split_reserve([u for u in run.val_units if u.task_type in run.gated], run.reserve_share,
+                             stable_seed(ws.seed, run.rid, 'reserve'))
     baseline = {u.unit_id: unit_correct(u, state.correctness) for u in units}
     ladders = build_ladders(units, state.phat if epoch > 1 else None, p_low=run.config.p_low, p_high=run.config.p_high,
                             baseline=baseline, seed=stable_seed(ws.seed, run.rid, epoch)) if units else {}
     ladders = {t: cap_ladder(l, run.config.ladder_cap) for t, l in ladders.items()}
     pools = freeze_gate_pools(run.pools_file(epoch), ladders)
-    return replace(state, epoch=epoch, step=0, phase='steps' if batches else 'slow', batches=tuple(tuple(b) for b in batches),
+    return replace(state, epoch=epoch, step=0, phase='steps' if batches else 'slow',
+                   batches=tuple(tuple(b) for b in batches),
                    epoch_start_correctness={q.question_id: state.correctness[q.question_id] for q in run.diag},
                    rng_state=rng_to_json(rng), ladders_fingerprint=pools.fingerprint)
 
@@ -260,7 +273,9 @@ def type_gate_params(config:TrainConfig, # the run's settings
     "One type's gate settings: the threshold calibrated to its evidence cap and its pool's minimum effect, as configured."
     p = config.gate
     if config.calibrate: p = replace(p, evidence_cap=cap)
-    if config.futility and p.min_effect_q is None: p = replace(p, min_effect_q=min_effect_q_for(p, cap, discordance_estimate(ladder, history)))
+    if config.futility and p.min_effect_q is None: p = replace(p,
+                                                               min_effect_q=min_effect_q_for(p, cap,
+                                                                                             discordance_estimate(ladder, history)))
     return p
 
 # %% ../nbs/16e_train_run.ipynb #bb7f3cd4
@@ -272,7 +287,8 @@ def epoch_ladders(run:TrainRun, state:TrainState) -> dict:
 def role_usage(log:HarnessLog, runs) -> dict[str, dict]:
     "role -> {calls, tokens, cost} of the model calls of `runs` (a run id or a list), from `report.cost_table`."
     t = report.cost_table(log, runs if isinstance(runs, str) else list(runs)).filter(pl.col('role') != 'ALL')
-    return {r['role']: {'calls': int(r['calls']), 'tokens': int(r['tokens']), 'cost': float(r['cost'])} for r in t.iter_rows(named=True)}
+    return {r['role']: {'calls': int(r['calls']), 'tokens': int(r['tokens']),
+                        'cost': float(r['cost'])} for r in t.iter_rows(named=True)}
 
 def _per(u:dict, n:int) -> dict: return {k: v / n if n else 0.0 for k, v in u.items()}
 
@@ -293,18 +309,22 @@ def forecast(ws:Workspace, run:TrainRun, state:TrainState, measured_run:str=BASE
     used, preds = role_usage(ws.log, measured_run), ws.log.predictions(measured_run)
     n_answered = max(preds.height, 1)
     if 'agent' not in used:  # a run made without telemetry: its predictions know the tokens and the turns
-        used['agent'] = {'calls': int(preds['steps_used'].sum() or 0) + preds.height, 'tokens': int(preds['tokens'].sum() or 0), 'cost': 0.0}
+        used['agent'] = {'calls': int(preds['steps_used'].sum() or 0) + preds.height,
+                         'tokens': int(preds['tokens'].sum() or 0), 'cost': 0.0}
     judge = used.get('judge', {'calls': 0, 'tokens': 0, 'cost': 0.0})
     ladders, epochs = epoch_ladders(run, state), run.config.epochs
     wrong = [q for b in state.batches for q in b if not state.correctness[q]]
     gated = [t for b in state.batches for t in sorted({ws.by_id[q].task_type for q in b if not state.correctness[q]}) if t in ladders]
     gate_q = sum(2 * sum(len(u.questions) for u in ladder_units(ladders[t], run.val_units)) for t in gated)
     rollout_q = sum(map(len, state.batches))
-    assumptions = dict(epochs=epochs, steps_per_epoch=len(state.batches), rollout_questions=rollout_q * epochs, gate_questions_max=gate_q * epochs,
-                       validation_questions=len(run.val) * epochs, test_questions=len(run.test), diagnosed=len(wrong) * epochs,
+    assumptions = dict(epochs=epochs, steps_per_epoch=len(state.batches), rollout_questions=rollout_q * epochs,
+                       gate_questions_max=gate_q * epochs,
+                       validation_questions=len(run.val) * epochs, test_questions=len(run.test),
+                       diagnosed=len(wrong) * epochs,
                        proposals=len(gated) * epochs, measured_on=measured_run)
     q = assumptions['rollout_questions'] + assumptions['gate_questions_max'] + assumptions['validation_questions'] + len(run.test)
-    roles = forecast_usage(agent_per_question=_per(used.get('agent', {'calls': 0, 'tokens': 0, 'cost': 0.0}), n_answered),
+    roles = forecast_usage(agent_per_question=_per(used.get('agent', {'calls': 0, 'tokens': 0, 'cost': 0.0}),
+                                                   n_answered),
                            judge_per_call=_per(judge, judge['calls']), questions=q, judge_calls=len(wrong) * epochs,
                            evolver_calls=(len(gated) + 1) * epochs)
     return {'assumptions': assumptions, 'roles': roles}

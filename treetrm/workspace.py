@@ -29,9 +29,12 @@ def _providers(backend, data_dir, seed, recorder, providers, cache=None) -> dict
     if providers is not None: return {r: RecordedProvider(p, r, recorder) for r, p in providers.items()}
     if backend == 'openai':
         out = make_providers('openai', roles=TRAIN_ROLES, telemetry=recorder, cache=cache)
-        try: return out | make_providers('openai', roles=('vision',), telemetry=recorder, cache=cache)  # optional: observe_frame on real frames
+        try:
+            return out | make_providers('openai', roles=('vision',), telemetry=recorder,
+                                        cache=cache)  # optional: observe_frame on real frames
         except ConfigError: return out
-    return {r: RecordedProvider(p, r, recorder) for r, p in make_providers(backend, world_dir=data_dir, roles=TRAIN_ROLES, seed=seed).items()}
+    return {r: RecordedProvider(p, r, recorder) for r,
+            p in make_providers(backend, world_dir=data_dir, roles=TRAIN_ROLES, seed=seed).items()}
 
 class Workspace:
     "One experiment folder: its pools, skills and prompts versions, harness.db and role providers; runs the agent."
@@ -49,7 +52,8 @@ class Workspace:
                  progress:bool=True): # show progress bars
         from treetrm.sim import ensure_demo_world, BACKENDS
         if providers is None and backend not in BACKENDS:
-            raise ConfigError(where(f'unknown backend {backend!r}', f'Use one of {", ".join(BACKENDS)}', field='backend'))
+            raise ConfigError(where(f'unknown backend {backend!r}', f'Use one of {", ".join(BACKENDS)}',
+                                    field='backend'))
         self.workspace, self.backend, self.seed, self.progress = Path(workspace), backend, seed, progress
         self.concurrency = check_count(concurrency, 'concurrency')
         self.settings = runner_config(config, split_config)
@@ -67,7 +71,8 @@ class Workspace:
         self.log = self.recorder.log = HarnessLog(self.workspace/'harness.db')
         self.skills, self.prompts = VersionStore(self.workspace, 'skills'), VersionStore(self.workspace, 'prompts')
 
-    def __repr__(self): return f'{type(self).__name__}({str(self.workspace)!r}, backend={self.backend!r}, data_dir={str(self.data_dir)!r})'
+    def __repr__(self):
+        return f'{type(self).__name__}({str(self.workspace)!r}, backend={self.backend!r}, data_dir={str(self.data_dir)!r})'
 
 # %% ../nbs/16c_workspace.ipynb #84ec66b1
 @patch
@@ -78,7 +83,8 @@ def resolve_version(self:Workspace, version:str) -> str:
     return named.get(version) or self.skills.path(version).name
 
 @patch
-async def _infer(self:Workspace, questions, run_id:str, skills_version:str|None=None, *, kind:str='infer', skills_dir=None,
+async def _infer(self:Workspace, questions, run_id:str, skills_version:str|None=None, *, kind:str='infer',
+                 skills_dir=None,
                  prompts_version:str|None=None, progress:bool|None=None, summarise:bool=True,
                  by_content:bool=False, # the run id names what the agent reads: no version is recorded
                  temperature:float=0.0 # the agent's sampling temperature
@@ -86,10 +92,14 @@ async def _infer(self:Workspace, questions, run_id:str, skills_version:str|None=
     "Run the agent on `questions` under `run_id` (resumable), filing its model calls under the run."
     with filed_under(run_id):
         pv = prompts_version or load_manifest(self.workspace).prompts_version
-        return await run_inference(list(questions), trees_dir=self.trees_dir, provider=self.providers['agent'], log=self.log, run_id=run_id,
-                                   skills_dir=skills_dir or self.skills.path(skills_version), concurrency=self.concurrency, max_steps=self.config.max_steps, mode=self.skill_mode,
-                                   seed=self.seed, kind=kind, skills_version=None if by_content else skills_version, prompts_version=None if by_content else pv, vision=self.providers.get('vision'),
-                                   progress=self.progress if progress is None else progress, prompts_dir=self.prompts.path(pv) if pv else None,
+        return await run_inference(list(questions), trees_dir=self.trees_dir, provider=self.providers['agent'],
+                                   log=self.log, run_id=run_id,
+                                   skills_dir=skills_dir or self.skills.path(skills_version),
+                                   concurrency=self.concurrency, max_steps=self.config.max_steps, mode=self.skill_mode,
+                                   seed=self.seed, kind=kind, skills_version=None if by_content else skills_version,
+                                   prompts_version=None if by_content else pv, vision=self.providers.get('vision'),
+                                   progress=self.progress if progress is None else progress,
+                                   prompts_dir=self.prompts.path(pv) if pv else None,
                                    retry_errors=True, summarise=summarise, temperature=temperature)
 
 # %% ../nbs/16c_workspace.ipynb #c76c73f4
@@ -103,14 +113,18 @@ async def split(self:Workspace, config:dict|None=None, # split settings (default
     if has_pools(self.workspace) and not dry_run: return load_split(pools_dir(self.workspace))
     with filed_under(BASELINE_RUN):
         return await run_split(self.workspace, questions_path=self.questions_path, trees_dir=self.trees_dir,
-                               skills_dir=self.skills.path(self.resolve_version('seed')), agent=self.providers['agent'], judge=self.providers['judge'],
-                               config=cfg, log=self.log, dry_run=dry_run, concurrency=self.concurrency, baseline_run_id=BASELINE_RUN, progress=self.progress,
+                               skills_dir=self.skills.path(self.resolve_version('seed')),
+                               agent=self.providers['agent'], judge=self.providers['judge'],
+                               config=cfg, log=self.log, dry_run=dry_run, concurrency=self.concurrency,
+                               baseline_run_id=BASELINE_RUN, progress=self.progress,
                                max_steps=self.config.max_steps)
 
 @patch
 def pool(self:Workspace, name:str) -> list[Question]:
     "The questions of a frozen pool ('test', 'validation' or 'diagnosis')."
-    if not has_pools(self.workspace): raise ConfigError(where('the workspace has no frozen pools yet', 'Run `await runner.split()` first', folder=self.workspace))
+    if not has_pools(self.workspace): raise ConfigError(where('the workspace has no frozen pools yet',
+                                                              'Run `await runner.split()` first',
+                                                              folder=self.workspace))
     return [self.by_id[q] for q in load_split(pools_dir(self.workspace)).questions(name)]
 
 # %% ../nbs/16c_workspace.ipynb #424d932e
@@ -137,7 +151,8 @@ async def diagnose(self:Workspace, run_id:str=BASELINE_RUN, skills_version:str='
     with filed_under(run_id):
         qs = [self.by_id[q] for q in self.log.predictions(run_id)['question_id'].to_list()]
         return await diagnose_run(qs, log=self.log, baseline_run_id=run_id, judge=self.providers['judge'],
-                                  skills_dir=self.skills.path(self.resolve_version(skills_version)), concurrency=self.concurrency,
+                                  skills_dir=self.skills.path(self.resolve_version(skills_version)),
+                                  concurrency=self.concurrency,
                                   trees_dir=self.trees_dir)
 
 # %% ../nbs/16c_workspace.ipynb #9ce05798
@@ -145,7 +160,8 @@ async def diagnose(self:Workspace, run_id:str=BASELINE_RUN, skills_version:str='
 def promote(self:Workspace, version:str, run:str|None=None) -> str:
     "Make `version` the current and the best skills version."
     v = self.resolve_version(version)
-    set_current(self.workspace, v, run, event='promote'); set_best(self.workspace, v, run, event='promote')
+    set_current(self.workspace, v, run, event='promote')
+    set_best(self.workspace, v, run, event='promote')
     return v
 
 @patch
