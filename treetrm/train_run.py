@@ -99,15 +99,15 @@ def rule_kinds(world:dict|None, # a parsed world.json (None: not a sim world)
 # %% ../nbs/16e_train_run.ipynb #7bb1737c
 @dataclass
 class TrainRun:
-    "The fixed context of one training run."
+    "The fixed context of one training run: what every transition reads and no transition changes (not checkpointed)."
     run_id: str # as the user named it
     rid: str # internal run id (differs after fresh=True)
     dir: Path # workspace/runs/<run_id>
-    config: TrainConfig
+    config: TrainConfig # the run's settings
     start: str # the skills version training starts from
-    diag: list
-    val: list
-    test: list # the pools' questions
+    diag: list # the diagnosis pool's questions (the batches come from it)
+    val: list # the validation pool's questions (R, gates, probations)
+    test: list # the test pool's questions (the final test only)
     val_units: list # validation units
     gated: set # task types with enough validation units to gate
     world: dict|None # world.json of a sim world
@@ -134,6 +134,7 @@ class TrainRun:
         level = lambda t: math.exp(confirm_log_threshold(replace(self.config.gate, evidence_cap=self.evidence_cap(t))))
         return {t: level(t) if self.config.calibrate else 1/self.config.gate.alpha for t in sorted(self.gated)}
     def event(self, name:str, **info):
+        "Tell `on_event`, if any, that `name` happened."
         if self.on_event: self.on_event(name, info)
 
 def attempt_run_id(runs_dir:Path, run_id:str, fresh:bool) -> str:
