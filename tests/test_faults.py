@@ -20,7 +20,8 @@ from treetrm.sim_agent import SimAgent
 from treetrm.sim_roles import make_role
 from treetrm.sim_server import FAULT_KINDS, Faults, serve
 from treetrm.skills import skill_file
-from treetrm.validate import gate_run_id, inference_evaluator, materialise_candidate, validate_skills_concurrent
+from treetrm.log import TrainRunId
+from treetrm.validate import inference_evaluator, materialise_candidate, validate_skills_concurrent
 
 SKILLS = project_root()/'prompts'/'skills'
 KEY = 'sk-faults-test-0123456789'
@@ -168,7 +169,7 @@ def gate_truth(world, gate_setup):
     for tt, edit in cands.items():
         qs = [q for u in units if u.task_type == tt for q in u.questions]
         for arm, d in (('base', root/'skills'/'v1'), ('cand', materialise_candidate(root/'skills'/'v1', edit, root/'truth'/skill_file(tt)))):
-            rid = gate_run_id(RUN, GATE, tt, arm)
+            rid = TrainRunId(RUN).gate_arm(GATE, tt, arm)
             asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=SimAgent(world), log=log, run_id=rid, skills_dir=d,
                                       kind='gate', progress=False))
             truth[tt, arm] = dict(log.predictions(rid).select('question_id', 'correct').iter_rows())
@@ -182,7 +183,7 @@ async def gate_round(world, gate_setup, prov, log):
                                             run_id=RUN, gate_id=GATE, prompts_version='p1', log=log, workspace=root)
 
 def arm_stops(log:HarnessLog, tt:str, arm:str) -> dict:
-    return dict(log.predictions(gate_run_id(RUN, GATE, tt, arm)).select('question_id', 'stop_reason').iter_rows())
+    return dict(log.predictions(TrainRunId(RUN).gate_arm(GATE, tt, arm)).select('question_id', 'stop_reason').iter_rows())
 
 def check_round(out, log, truth):
     "Excluded units are exactly those with an INFRA arm; paired units carry the clean outcomes; W/L add up."

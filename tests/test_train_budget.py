@@ -4,7 +4,8 @@ import polars as pl
 import pytest
 from treetrm.core import BudgetError, CallBudget
 from treetrm.loop_bench import GRID_TYPES, DEFAULT_GRID_SPLIT
-from treetrm.runner import Runner, CALL_BUDGET
+from treetrm.runner import Runner
+from treetrm.calls import CALL_BUDGET
 from treetrm.sim import make_world
 from treetrm.sim_agent import SimAgent
 from treetrm.sim_roles import SimJudge, SimEvolver
@@ -50,7 +51,7 @@ def test_budget_is_refused_before_the_call():
     b = CallBudget(2)
     token = CALL_BUDGET.set(b)
     try:
-        from treetrm.runner import RecordedProvider
+        from treetrm.calls import RecordedProvider
         from treetrm.sim_roles import SimEcho
         rows = []
         p = RecordedProvider(SimEcho(), 'agent', rows.append)

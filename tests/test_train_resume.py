@@ -13,7 +13,8 @@ ROOT = project_root()
 DRIVER = r'''
 import asyncio, json, os, signal, sys
 from pathlib import Path
-from treetrm.runner import Runner, current_run_id
+from treetrm.runner import Runner
+from treetrm.calls import current_run_id
 from treetrm.backends import make_providers
 
 ws, world, record, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]

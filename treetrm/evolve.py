@@ -15,16 +15,17 @@ from .core import (DataError, ConfigError, InfraError, Slots, where, asset_dir, 
 from .llm import LLMProvider, LLMResponse, ReplyError, reply_json, json_schema_format
 from .skills import (EDIT_OPS, Edit, EditRejected, DEFAULT_SKILL, apply_edit, check_target, edit_fingerprint,
                             parse_edit, skill_file)
+from .gate import quadrant
 
 # %% auto #0
-__all__ = ['CASE_FIELDS', 'DIAGNOSIS_FIELDS', 'TEMPLATE_FILES', 'PROPOSAL_STATUSES', 'PAIR_CLASSES', 'MAX_GUIDANCE_CHARS',
-           'GUIDANCE_FILE', 'PROMPT_TARGET', 'PROMPT_TASK_TYPE', 'MAX_PROMPT_CHARS', 'read_reply_json', 'case_view',
-           'render_case', 'render_cases', 'pack_cases', 'RejectedEdit', 'edit_texts', 'Blacklist', 'load_templates',
-           'evolve_target', 'evolve_context', 'evolve_messages', 'Proposal', 'check_reply', 'edit_format',
-           'propose_edit', 'propose_edits', 'proposals_table', 'pair_class', 'Pairs', 'classify_pairs',
-           'counts_by_type', 'momentum_examples', 'momentum_messages', 'read_guidance', 'MomentumResult',
-           'momentum_guidance', 'guidance_files', 'guidance_from_files', 'prompt_sections', 'apply_prompt_edit',
-           'prompt_edit_messages', 'check_prompt_reply', 'propose_prompt_edit']
+__all__ = ['CASE_FIELDS', 'DIAGNOSIS_FIELDS', 'TEMPLATE_FILES', 'PROPOSAL_STATUSES', 'PAIR_CLASSES', 'MOMENTUM_CLASS',
+           'MAX_GUIDANCE_CHARS', 'GUIDANCE_FILE', 'PROMPT_TARGET', 'PROMPT_TASK_TYPE', 'MAX_PROMPT_CHARS',
+           'read_reply_json', 'case_view', 'render_case', 'render_cases', 'pack_cases', 'RejectedEdit', 'edit_texts',
+           'Blacklist', 'load_templates', 'evolve_target', 'evolve_context', 'evolve_messages', 'Proposal',
+           'check_reply', 'edit_format', 'propose_edit', 'propose_edits', 'proposals_table', 'pair_class', 'Pairs',
+           'classify_pairs', 'counts_by_type', 'momentum_examples', 'momentum_messages', 'read_guidance',
+           'MomentumResult', 'momentum_guidance', 'guidance_files', 'guidance_from_files', 'prompt_sections',
+           'apply_prompt_edit', 'prompt_edit_messages', 'check_prompt_reply', 'propose_prompt_edit']
 
 # %% ../nbs/14_evolve.ipynb #e845575c
 def read_reply_json(text:str, # the model's reply
@@ -423,12 +424,14 @@ def proposals_table(proposals:dict[str, Proposal]|list[Proposal]) -> pl.DataFram
 # %% ../nbs/14_evolve.ipynb #a4840f95
 PAIR_CLASSES = ('REGRESSED', 'STILL_FAILING', 'IMPROVED', 'STABLE') # display order: regressions first
 
+MOMENTUM_CLASS = {'regression': 'REGRESSED', 'persistent_fail': 'STILL_FAILING', 'improvement': 'IMPROVED',
+                  'stable_success': 'STABLE'}
+
 def pair_class(before:bool, # right in the previous run
                after:bool # right in this run
               ) -> str:
-    "The momentum class of one question."
-    return {(True, False): 'REGRESSED', (False, False): 'STILL_FAILING', (False, True): 'IMPROVED',
-            (True, True): 'STABLE'}[(bool(before), bool(after))]
+    "The momentum class of one question (the gate's quadrant, under momentum's name)."
+    return MOMENTUM_CLASS[quadrant(bool(before), bool(after))]
 
 # %% ../nbs/14_evolve.ipynb #7bf3eb99
 @dataclass(frozen=True)

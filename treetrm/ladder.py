@@ -13,10 +13,11 @@ from fastcore.basics import patch
 from .core import (ConfigError, DataError, where, atomic_write_json, read_json,
                           sha256_json, sha256_text, stable_seed)
 from .data import unit_correct
+from .log import GATE_RUN_MARK
 
 # %% auto #0
-__all__ = ['GATE_RUN_MARK', 'LADDER_MODES', 'DROP_REASONS', 'GATE_POOLS_FORMAT', 'phat_prior', 'check_not_gate_run',
-           'update_phat', 'unit_outcomes', 'phat_from_log', 'information', 'tie_break', 'hash_order', 'warm_order',
+__all__ = ['LADDER_MODES', 'DROP_REASONS', 'GATE_POOLS_FORMAT', 'phat_prior', 'check_not_gate_run', 'update_phat',
+           'unit_outcomes', 'phat_from_log', 'information', 'tie_break', 'hash_order', 'warm_order',
            'interleave_two_to_one', 'cold_order', 'Ladder', 'ladder_from_dict', 'drop_case_pack', 'ladder_task_type',
            'build_ladder', 'build_ladders', 'ladder_units', 'ladder_frame', 'pools_fingerprint', 'GatePools',
            'freeze_gate_pools', 'load_gate_pools', 'skill_hash', 'BaselineCache']
@@ -28,8 +29,6 @@ def phat_prior(correct:bool|None # the baseline's outcome on the unit; None when
     return 0.5 if correct is None else (2/3 if correct else 1/3)
 
 # %% ../nbs/12_ladder.ipynb #dd92f219
-GATE_RUN_MARK = '_gate_'
-
 def check_not_gate_run(run_id:str # the run whose outcomes would update p̂
                       ) -> str:
     "Raise `ConfigError` when `run_id` is a gate run; return it otherwise."

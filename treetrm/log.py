@@ -12,11 +12,13 @@ from pathlib import Path
 import polars as pl
 from fastcore.basics import patch
 from .core import ConfigError, DataError, InfraError, canonical_json, where
+from .skills import skill_slug
 
 # %% auto #0
-__all__ = ['SCHEMA_VERSION', 'KINDS', 'TABLES', 'ENCODERS', 'Table', 'schema_frame', 'table_spec', 'create_sql', 'encode_value',
-           'utc_now', 'encode_row', 'connect', 'ensure_schema', 'HarnessLog', 'insert_sql', 'finish_in_thread',
-           'rows_frame', 'RunRecord', 'check_run_id']
+__all__ = ['SCHEMA_VERSION', 'KINDS', 'TABLES', 'ENCODERS', 'GATE_RUN_MARK', 'FINAL_TEST', 'Table', 'schema_frame', 'table_spec',
+           'create_sql', 'encode_value', 'utc_now', 'encode_row', 'connect', 'ensure_schema', 'HarnessLog',
+           'insert_sql', 'finish_in_thread', 'rows_frame', 'RunRecord', 'check_run_id', 'gate_id', 'glob_literal',
+           'TrainRunId']
 
 # %% ../nbs/06_log.ipynb #72ca5c7c
 SCHEMA_VERSION = 1 # stored in the database header (`PRAGMA user_version`)
@@ -399,6 +401,52 @@ def finish_run(self:HarnessLog, run_id:str, # a started run
 def runs(self:HarnessLog) -> pl.DataFrame:
     "The run registry as a polars frame."
     return self.frame('runs')
+
+# %% ../nbs/06_log.ipynb #34c173c7
+GATE_RUN_MARK = '_gate_' # every gate arm's run id carries it: such runs never feed the ladder's p̂
+FINAL_TEST = '_final_test' # the suffix of a training run's final test (reports and budgets leave it out)
+
+def gate_id(epoch:int, step:int|None=None) -> str:
+    "A step's gate id `e<epoch>s<step>`, or `e<epoch>` for what happens at the epoch's end."
+    return f'e{epoch}' if step is None else f'e{epoch}s{step}'
+
+def glob_literal(text:str) -> str:
+    "`text` with SQLite GLOB's special characters made literal."
+    return ''.join(f'[{c}]' if c in '*?[' else c for c in text)
+
+# %% ../nbs/06_log.ipynb #344f0c54
+@dataclass(frozen=True)
+class TrainRunId:
+    "A training run's internal id, and the run ids of its parts: all built here, and read back here."
+    rid: str # the attempt's internal id: the user's run id, or `<run_id>~N` for its N-th attempt
+
+    def __str__(self): return self.rid
+    @classmethod
+    def attempt(cls, run_id:str, n:int) -> TrainRunId:
+        "The internal id of the `n`-th attempt of the user's `run_id` (the first keeps the name)."
+        return cls(run_id if n == 1 else f'{run_id}~{n}')
+    def init(self) -> str: return f'{self.rid}_init'
+    def step(self, gate_id:str) -> str: return f'{self.rid}_{gate_id}'
+    def rollout(self, gate_id:str) -> str: return f'{self.step(gate_id)}_rollout'
+    def evolve(self, gate_id:str) -> str: return f'{self.step(gate_id)}_evolve'
+    def epoch_part(self, epoch:int, part:str) -> str: return f'{self.rid}_e{epoch}_{part}'
+    def anchor(self, epoch:int, task_type:str) -> str: return self.epoch_part(epoch, f'anchor_{skill_slug(task_type)}')
+    def end(self) -> str: return f'{self.rid}_end'
+    def final_test(self) -> str: return f'{self.rid}{FINAL_TEST}'
+    def gepa(self, part:str='') -> str: return f'{self.rid}_gepa_{part}'
+    def gate_arm(self, gate_id:str, task_type:str, arm:str) -> str:
+        return f'{self.rid}{GATE_RUN_MARK}{gate_id}_{skill_slug(task_type)}_{arm}'
+    def base_arm(self, view_key:str, task_type:str) -> str:
+        return f'{self.rid}{GATE_RUN_MARK}base_{view_key[:12]}_{skill_slug(task_type)}'
+
+    def calls_pattern(self) -> str:
+        "A regex matching the run ids of every part that makes model calls: steps, epoch ends, gates, init, final test."
+        literal = ''.join('\\' + c if not c.isalnum() else c for c in self.rid)
+        return '^' + literal + f'(_e[0-9]|{GATE_RUN_MARK}|{FINAL_TEST}|_init)'
+    def training_condition(self) -> tuple[str, tuple]:
+        "A SQL condition on `run_id`, and its parameters, for the run's training parts (every part but the final test)."
+        g = glob_literal(self.rid)
+        return '(run_id GLOB ? OR run_id GLOB ? OR run_id = ?)', (f'{g}_e[0-9]*', f'{g}{GATE_RUN_MARK}*', self.init())
 
 # %% ../nbs/06_log.ipynb #cced238b
 @patch

@@ -17,7 +17,7 @@ from matplotlib.ticker import MaxNLocator
 from scipy import stats
 from .core import ConfigError, atomic_write_bytes, atomic_write_text, where
 from .data import questions_frame
-from .gate import e_value_minus, e_value_plus, mcnemar_exact_one_sided, shrunk_delta
+from .gate import e_value_minus, e_value_plus, flip_counts, mcnemar_exact_one_sided, shrunk_delta
 from .log import HarnessLog
 
 # %% auto #0
@@ -285,7 +285,7 @@ def accuracy_by_type(log:HarnessLog, # the harness log
 # %% ../nbs/16_report.ipynb #04e91aeb
 def _paired_row(task_type:str, g:pl.DataFrame, level:float) -> dict:
     a, b = g['a'].to_numpy(), g['b'].to_numpy()
-    w, l = int((~a & b).sum()), int((a & ~b).sum())
+    w, l = flip_counts(zip(a, b))
     d = clustered_mean(b.astype(float) - a.astype(float), g['video_id'].to_list(), level, bounds=(-1.0, 1.0))
     return dict(task_type=task_type, n=g.height, n_videos=d.n_clusters, acc_a=float(a.mean()), acc_b=float(b.mean()),
                 delta=d.mean, delta_low=d.low, delta_high=d.high, w=w, l=l, p_mcnemar=float(mcnemar_exact_one_sided(w, l)),

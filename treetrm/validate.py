@@ -19,14 +19,15 @@ from .agent import INFRA_STOP_REASONS
 from .gate import (GateParams, flip_counts, probation_decision, PROBATION_ACTIONS, QUADRANTS, quadrant,
                           GateVerdict, gate_decision, mcnemar_exact_one_sided, log_e_value_plus, log_e_value_minus)
 from .anchor_rules import SHADOW_RULES, ShadowDecision, shadow_decisions
-from .ladder import GATE_RUN_MARK, GatePools, Ladder, ladder_units, skill_hash
+from .log import GATE_RUN_MARK, TrainRunId
+from .ladder import GatePools, Ladder, ladder_units, skill_hash
 
 # %% auto #0
 __all__ = ['ARMS', 'Evaluate', 'CONSUME_MODES', 'UnitOutcome', 'scripted_evaluator', 'candidates_root', 'materialise_candidate',
            'materialised_candidates', 'TypeGate', 'ValidationOutcome', 'gate_outcome', 'launch_order', 'InfraGuard',
            'base_skills_sha', 'base_view_sha', 'gate_log_rows', 'validate_skills_concurrent', 'gate_summary',
-           'Probation', 'open_probation', 'settle_probation', 'continue_probation', 'gate_run_id',
-           'unit_outcome_from_predictions', 'inference_evaluator']
+           'Probation', 'open_probation', 'settle_probation', 'continue_probation', 'unit_outcome_from_predictions',
+           'inference_evaluator']
 
 # %% ../nbs/13_validate.ipynb #a2caba9b
 ARMS = ('base', 'cand') # the two arms of a gate: base skills, candidate skills
@@ -553,10 +554,6 @@ def continue_probation(probation: Probation, extra_w: int, extra_l: int, extra_n
                    rounds=probation.rounds + 1, consumed_units=probation.consumed_units + tuple(consumed))
 
 # %% ../nbs/13_validate.ipynb #e49cc124
-def gate_run_id(run_id:str, gate_id:str, task_type:str, arm:str) -> str:
-    "The inference run id of one arm of one task type's gate (carries the `_gate_` mark)."
-    return f'{run_id}{GATE_RUN_MARK}{gate_id}_{skill_slug(task_type)}_{arm}'
-
 def unit_outcome_from_predictions(
     unit: QuestionUnit,  # the unit evaluated
     predictions: pl.DataFrame
@@ -583,7 +580,7 @@ def inference_evaluator(log, # the HarnessLog run_inference writes to
     "An `evaluate(unit, arm, skills_dir)` over `run_inference`, reading the unit's outcome back from harness.db."
     if infer is None: from treetrm.inference import run_inference as infer
     async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
-        rid = gate_run_id(run_id, gate_id, unit.task_type, arm)
+        rid = TrainRunId(run_id).gate_arm(gate_id, unit.task_type, arm)
         await infer(list(unit.questions), log=log, run_id=rid, skills_dir=skills_dir,
                     **{'kind': 'gate', 'progress': False, 'retry_errors': True} | inference_kwargs)
         return unit_outcome_from_predictions(
