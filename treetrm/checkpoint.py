@@ -50,7 +50,8 @@ class TrainState:
     stopped_early: bool = False # the run ended by early stop
 
     def __post_init__(self):
-        if self.phase not in PHASES: raise ConfigError(where(f'phase must be one of {PHASES}, got {self.phase!r}', field='phase'))
+        if self.phase not in PHASES:
+            raise ConfigError(where(f'phase must be one of {PHASES}, got {self.phase!r}', field='phase'))
 
 # %% ../nbs/15_checkpoint.ipynb #9d92eb46
 def rng_to_json(rng:random.Random) -> list:
@@ -60,21 +61,32 @@ def rng_to_json(rng:random.Random) -> list:
 
 def rng_from_json(obj:list) -> random.Random:
     "A `random.Random` in the state `rng_to_json` wrote."
-    if not isinstance(obj, list) or len(obj) != 3: raise DataError(where('the RNG state must be [version, ints, gauss]', 'The checkpoint is damaged; restore it or start fresh', field='rng_state'))
-    rng = random.Random(); rng.setstate((obj[0], tuple(obj[1]), obj[2]))
+    if not isinstance(obj, list) or len(obj) != 3:
+        raise DataError(
+            where('the RNG state must be [version, ints, gauss]',
+                  'The checkpoint is damaged; restore it or start fresh', field='rng_state'))
+    rng = random.Random()
+    rng.setstate((obj[0], tuple(obj[1]), obj[2]))
     return rng
 
 # %% ../nbs/15_checkpoint.ipynb #f67cdf63
 def probation_to_dict(p:Probation) -> dict:
     "A probation as JSON-able data."
     d = asdict(p)
-    return d | dict(pending_edits=[e.as_dict() if isinstance(e, Edit) else e for e in p.pending_edits], consumed_units=list(p.consumed_units))
+    return d | dict(pending_edits=[e.as_dict() if isinstance(e, Edit) else e
+                                   for e in p.pending_edits], consumed_units=list(p.consumed_units))
 
 def probation_from_dict(d:dict) -> Probation:
     "A `Probation` from `probation_to_dict` data; every field is required."
-    try: kw = {f.name: d[f.name] for f in fields(Probation)}
-    except (KeyError, TypeError) as e: raise DataError(where(f'a probation lacks field {e}', 'The checkpoint is damaged; restore it or start fresh', field='probations')) from None
-    return Probation(**kw | dict(pending_edits=tuple(parse_edit(e) for e in kw['pending_edits']), consumed_units=tuple(kw['consumed_units'])))
+    try:
+        kw = {f.name: d[f.name] for f in fields(Probation)}
+    except (KeyError, TypeError) as e:
+        raise DataError(
+            where(f'a probation lacks field {e}', 'The checkpoint is damaged; restore it or start fresh',
+                  field='probations')) from None
+    return Probation(
+        **kw | dict(pending_edits=tuple(parse_edit(e)
+                                        for e in kw['pending_edits']), consumed_units=tuple(kw['consumed_units'])))
 
 # %% ../nbs/15_checkpoint.ipynb #ec85e2ed
 def state_to_dict(s:TrainState) -> dict:
@@ -84,16 +96,23 @@ def state_to_dict(s:TrainState) -> dict:
                     decisions=list(s.decisions), epochs=list(s.epochs))
 
 def _field(d:dict, name:str, file):
-    try: return d[name]
-    except KeyError: raise DataError(where(f'the checkpoint lacks field {name!r}', 'It was written by another version or damaged; resume with that version or pass fresh=True', file=file, field=name)) from None
+    try:
+        return d[name]
+    except KeyError:
+        raise DataError(
+            where(f'the checkpoint lacks field {name!r}',
+                  'It was written by another version or damaged; resume with that version or pass fresh=True',
+                  file=file, field=name)) from None
 
 def state_from_dict(d:dict, file:str|Path|None=None) -> TrainState:
     "A `TrainState` from `state_to_dict` data; every field is required."
     if not isinstance(d, dict): raise DataError(where('the checkpoint state must be a JSON object', file=file))
     kw = {f.name: _field(d, f.name, file) for f in fields(TrainState)}
     Blacklist.from_dict(kw['blacklist'])  # fails loudly on damaged entries
-    return TrainState(**kw | dict(batches=tuple(tuple(b) for b in kw['batches']), decisions=tuple(kw['decisions']),
-                                  epochs=tuple(kw['epochs']), probations=tuple(probation_from_dict(p) for p in kw['probations'])))
+    return TrainState(**kw | dict(batches=tuple(
+        tuple(b)
+        for b in kw['batches']), decisions=tuple(kw['decisions']), epochs=tuple(kw['epochs']), probations=tuple(
+            probation_from_dict(p) for p in kw['probations'])))
 
 # %% ../nbs/15_checkpoint.ipynb #87fe729c
 def structural_parts(*, questions_sha:str, # sha256 of the benchmark questions
@@ -104,7 +123,8 @@ def structural_parts(*, questions_sha:str, # sha256 of the benchmark questions
                      **extra # anything else that must match (e.g. backend, acceptance rule)
                     ) -> dict:
     "The parts of a run that a resume must match, as one JSON-able dict."
-    return dict(questions_sha=questions_sha, pools_sha=pools_sha, config=config, gate_params=gate_params, seed=seed, **extra)
+    return dict(questions_sha=questions_sha, pools_sha=pools_sha, config=config, gate_params=gate_params, seed=seed,
+                **extra)
 
 def structural_fingerprint(parts:dict) -> str:
     "sha256 of the structural parts."
@@ -118,7 +138,10 @@ def decision_fingerprint(decisions) -> str:
 def _diff(old, new, prefix:str='') -> list[str]:
     "Dotted names of the parts where `old` and `new` differ."
     if isinstance(old, dict) and isinstance(new, dict):
-        return [d for k in sorted(old.keys() | new.keys()) for d in _diff(old.get(k, '<missing>'), new.get(k, '<missing>'), f'{prefix}{k}.')]
+        return [
+            d for k in sorted(old.keys() | new.keys())
+            for d in _diff(old.get(k, '<missing>'), new.get(k, '<missing>'), f'{prefix}{k}.')
+        ]
     return [] if old == new else [f'{prefix[:-1]} ({canonical_json(old)[:40]} -> {canonical_json(new)[:40]})']
 
 def check_structural(stored:dict, # the parts in the checkpoint
@@ -126,8 +149,11 @@ def check_structural(stored:dict, # the parts in the checkpoint
                      file:str|Path|None=None):
     "Raise `ConfigError` naming what differs when the structural parts do not match."
     if structural_fingerprint(stored) == structural_fingerprint(expected): return
-    raise ConfigError(where(f'cannot resume: the run differs from its checkpoint in {"; ".join(_diff(stored, expected))}',
-                            'Resume with the original data, pools and settings, or pass fresh=True to archive the old run and start again', file=file))
+    raise ConfigError(
+        where(
+            f'cannot resume: the run differs from its checkpoint in {"; ".join(_diff(stored, expected))}',
+            'Resume with the original data, pools and settings, or pass fresh=True to archive the old run and start again',
+            file=file))
 
 # %% ../nbs/15_checkpoint.ipynb #8114d53d
 CHECKPOINT_FORMAT = 'treetrm-checkpoint/1'
@@ -147,9 +173,13 @@ def load_checkpoint(path:str|Path, # the checkpoint file
     if not path.exists(): return None
     doc = read_json(path)
     if not isinstance(doc, dict) or doc.get('format') != CHECKPOINT_FORMAT:
-        raise DataError(where(f'not a treetrm checkpoint (expected format {CHECKPOINT_FORMAT!r})', 'Pass fresh=True to start again', file=path))
+        raise DataError(
+            where(f'not a treetrm checkpoint (expected format {CHECKPOINT_FORMAT!r})', 'Pass fresh=True to start again',
+                  file=path))
     state = state_from_dict(doc.get('state'), path)
     if doc.get('structural_fingerprint') != structural_fingerprint(state.structural):
-        raise DataError(where('the checkpoint does not match its own structural fingerprint (edited or damaged)', 'Restore it or pass fresh=True', file=path))
+        raise DataError(
+            where('the checkpoint does not match its own structural fingerprint (edited or damaged)',
+                  'Restore it or pass fresh=True', file=path))
     if expect_structural is not None: check_structural(state.structural, expect_structural, path)
     return state

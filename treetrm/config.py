@@ -27,53 +27,55 @@ DELIVER = ('best', 'current')
 OPEN_PROBATIONS = ('revert', 'keep')
 PROBATION_EVIDENCE = ('auto', 'fresh', 'snapshot')
 
-def _whole(low:int) -> Callable: return lambda v: not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= low
+def _whole(low: int) -> Callable:
+    return lambda v: not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= low
 def _share(high_open:bool=False) -> Callable:
-    return lambda v: (not isinstance(v, bool) and isinstance(v, numbers.Real) and not math.isnan(v) and 0 <= v and (v < 1 if high_open else v <= 1))
+    return lambda v: (not isinstance(v, bool) and isinstance(v, numbers.Real) and not math.isnan(v) and 0 <= v and
+                      (v < 1 if high_open else v <= 1))
 def _optional(check:Callable) -> Callable: return lambda v: v is None or check(v)
 def _flag(v) -> bool: return isinstance(v, bool)
 
 TRAIN_CHECKS = (  # key, holds when, what is allowed
-    ('epochs', _whole(1), 'a whole number ≥ 1'),
-    ('acceptance', lambda v: (isinstance(v, str) and v in ACCEPTANCE_RULES) or callable(v), f'one of {ACCEPTANCE_RULES} or a callable'),
-    ('cooldown_steps', _whole(0), 'a whole number ≥ 0'),
-    ('probation_rounds', _whole(1), 'a whole number ≥ 1'),
-    ('patience', _whole(1), 'a whole number ≥ 1'),
-    ('gamma', _share(), 'a number in [0, 1]'),
-    ('p_low', _share(), 'a number in [0, 1]'),
-    ('p_high', _share(), 'a number in [0, 1]'),
-    ('min_ladder_units', _whole(1), 'a whole number ≥ 1'),
-    ('probation_share', _optional(_share(high_open=True)), 'a number in [0, 1) or None'),
-    ('ladder_cap', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
-    ('max_steps', _whole(1), 'a whole number ≥ 1'),
-    ('infra_guard', _share(), 'a number in [0, 1]'),
-    ('gate_guard_err', _share(), 'a number in [0, 1]'),
-    ('momentum', _flag, 'True or False'),
-    ('max_agent_calls', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
-    ('prompt_edit', _flag, 'True or False'),
-    ('max_calls', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
-    ('deliver', lambda v: v in DELIVER, f'one of {DELIVER}'),
-    ('probation_evidence', lambda v: v in PROBATION_EVIDENCE, f'one of {PROBATION_EVIDENCE}'),
-    ('futility', _flag, 'True or False'),
-    ('calibrate', _flag, 'True or False'),
-    ('reuse_base', _flag, 'True or False'),
-    ('open_probations', lambda v: v in OPEN_PROBATIONS, f'one of {OPEN_PROBATIONS}'),
-    ('temperature', lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real) and 0 <= v <= 2, 'a number in [0, 2]'),
-    ('batch', lambda v: isinstance(v, BatchParams), 'BatchParams (or a dict of its fields)'),
-    ('gate', lambda v: isinstance(v, GateParams), 'GateParams (or a dict of its fields)'))
+    ('epochs', _whole(1), 'a whole number ≥ 1'), ('acceptance', lambda v:
+                                                  (isinstance(v, str) and v in ACCEPTANCE_RULES) or callable(v),
+                                                  f'one of {ACCEPTANCE_RULES} or a callable'),
+    ('cooldown_steps', _whole(0), 'a whole number ≥ 0'), ('probation_rounds', _whole(1), 'a whole number ≥ 1'),
+    ('patience', _whole(1), 'a whole number ≥ 1'), ('gamma', _share(), 'a number in [0, 1]'), ('p_low', _share(),
+                                                                                               'a number in [0, 1]'),
+    ('p_high', _share(), 'a number in [0, 1]'), ('min_ladder_units', _whole(1), 'a whole number ≥ 1'),
+    ('probation_share', _optional(_share(high_open=True)),
+     'a number in [0, 1) or None'), ('ladder_cap', _optional(_whole(1)),
+                                     'a whole number ≥ 1 or None'), ('max_steps', _whole(1), 'a whole number ≥ 1'),
+    ('infra_guard', _share(), 'a number in [0, 1]'), ('gate_guard_err', _share(),
+                                                      'a number in [0, 1]'), ('momentum', _flag, 'True or False'),
+    ('max_agent_calls', _optional(_whole(1)),
+     'a whole number ≥ 1 or None'), ('prompt_edit', _flag, 'True or False'), ('max_calls', _optional(
+         _whole(1)), 'a whole number ≥ 1 or None'), ('deliver', lambda v: v in DELIVER, f'one of {DELIVER}'),
+    ('probation_evidence', lambda v: v in PROBATION_EVIDENCE,
+     f'one of {PROBATION_EVIDENCE}'), ('futility', _flag, 'True or False'), ('calibrate', _flag, 'True or False'),
+    ('reuse_base', _flag, 'True or False'), ('open_probations', lambda v: v in OPEN_PROBATIONS,
+                                             f'one of {OPEN_PROBATIONS}'),
+    ('temperature', lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real) and 0 <= v <= 2,
+     'a number in [0, 2]'), ('batch', lambda v: isinstance(v, BatchParams),
+                             'BatchParams (or a dict of its fields)'), ('gate', lambda v: isinstance(v, GateParams),
+                                                                        'GateParams (or a dict of its fields)'))
 
 TRAIN_RELATIONS = (  # key, holds when, what is required
-    ('p_low', lambda c: c.p_low < c.p_high, 'p_low must be below p_high (warm ladders keep units with p_low ≤ p̂ ≤ p_high)'),
-    ('ladder_cap', lambda c: c.ladder_cap is None or c.ladder_cap >= c.gate.min_n, 'ladder_cap must be at least gate.min_n (no gate exit comes before min_n units)'),
+    ('p_low', lambda c: c.p_low < c.p_high,
+     'p_low must be below p_high (warm ladders keep units with p_low ≤ p̂ ≤ p_high)'),
+    ('ladder_cap', lambda c: c.ladder_cap is None or c.ladder_cap >= c.gate.min_n,
+     'ladder_cap must be at least gate.min_n (no gate exit comes before min_n units)'),
     ('probation_share', lambda c: c.probation_evidence != 'snapshot' or c.probation_share != 0,
      'snapshot probations settle on held-out units: probation_share must be above 0 (or use probation_evidence=fresh)'))
 
 def check_table(obj, checks, relations=(), section:str='') -> None:
     "Raise a `ConfigError` naming the first knob of `obj` that breaks a row of `checks`, then of `relations`."
     for key, holds, allowed in checks:
-        if not holds(v := getattr(obj, key)): raise ConfigError(where(f'{section}{key} must be {allowed}, got {v!r}', field=f'{section}{key}'))
+        if not holds(v := getattr(obj, key)):
+            raise ConfigError(where(f'{section}{key} must be {allowed}, got {v!r}', field=f'{section}{key}'))
     for key, holds, required in relations:
-        if not holds(obj): raise ConfigError(where(f'{required}; got {key}={getattr(obj, key)!r}', field=f'{section}{key}'))
+        if not holds(obj):
+            raise ConfigError(where(f'{required}; got {key}={getattr(obj, key)!r}', field=f'{section}{key}'))
 
 # %% ../nbs/16a_config.ipynb #27c59a25
 @dataclass(frozen=True)
@@ -90,35 +92,40 @@ class TrainConfig:
     p_low: float = 0.02 # warm ladders drop units with p̂ below this
     p_high: float = 0.98 # ... and above this
     min_ladder_units: int = 60 # task types with fewer validation units are not gated
-    probation_share: float|None = None # share of each gated type's validation units held out of the gate for snapshot probations (None: 1/3 with snapshot, 0 with fresh)
+    probation_share: float | None = None  # share of each gated type's validation units held out of the gate for snapshot probations (None: 1/3 with snapshot, 0 with fresh)
     ladder_cap: int|None = None # the gate consumes at most this many units (None: the whole ladder)
     max_steps: int = 15 # agent tool budget per question
     infra_guard: float = 0.2 # a rollout with a larger INFRA share stops the run
     gate_guard_err: float = 0.2 # a gate round with a larger INFRA share aborts
     momentum: bool = True # slow momentum guidance at each epoch end
     max_agent_calls: int|None = None # no new step once the training's agent calls reach this (None: no budget)
-    prompt_edit: bool = False # at each epoch end, one system-prompt edit kept only if its validation run R2 is not worse than R
-    max_calls: int|None = None # hard budget: training's model calls of every role; the call past it is never made, training stops mid-step
-    deliver: str = 'best' # what training delivers: 'best' (highest validation accuracy at an epoch end) or 'current' (the rule's last state)
-    probation_evidence: str = 'auto' # a probation's evidence at each epoch end: 'fresh' (a fresh anchor draw vs R on all the type's units; needs an agent that samples), 'snapshot' (held-out units, pre-edit answers vs R), or 'auto' (fresh when the agent samples)
-    futility: bool = True # stop an edit below the smallest effect the pool can confirm (unless gate.min_effect_q is set)
+    prompt_edit: bool = False  # at each epoch end, one system-prompt edit kept only if its validation run R2 is not worse than R
+    max_calls: int | None = None  # hard budget: training's model calls of every role; the call past it is never made, training stops mid-step
+    deliver: str = 'best'  # what training delivers: 'best' (highest validation accuracy at an epoch end) or 'current' (the rule's last state)
+    probation_evidence: str = 'auto'  # a probation's evidence at each epoch end: 'fresh' (a fresh anchor draw vs R on all the type's units; needs an agent that samples), 'snapshot' (held-out units, pre-edit answers vs R), or 'auto' (fresh when the agent samples)
+    futility: bool = True  # stop an edit below the smallest effect the pool can confirm (unless gate.min_effect_q is set)
     calibrate: bool = True # confirm at the exact threshold for the type's evidence cap instead of 1/alpha
-    reuse_base: bool = True # base-arm outcomes keyed by what the agent reads, paid once a run (False: once per skills/prompts version)
-    open_probations: str = 'revert' # an edit still provisional when training ends: 'revert' (its evidence ended unconfirmed) or 'keep'
-    temperature: float = 0.0 # the agent's sampling temperature in the run's own inference (rollouts, gates, R, final test)
+    reuse_base: bool = True  # base-arm outcomes keyed by what the agent reads, paid once a run (False: once per skills/prompts version)
+    open_probations: str = 'revert'  # an edit still provisional when training ends: 'revert' (its evidence ended unconfirmed) or 'keep'
+    temperature: float = 0.0  # the agent's sampling temperature in the run's own inference (rollouts, gates, R, final test)
 
     def __post_init__(self): check_table(self, TRAIN_CHECKS, TRAIN_RELATIONS)
 
     def to_dict(self) -> dict:
         "The settings as plain data (a callable acceptance rule by its name)."
         d = {k: v for k, v in asdict(self).items() if k not in ('acceptance',)}
-        return d | {'acceptance': self.acceptance if isinstance(self.acceptance, str) else getattr(self.acceptance, '__name__', 'custom')}
+        return d | {
+            'acceptance': self.acceptance if isinstance(self.acceptance, str) else getattr(
+                self.acceptance, '__name__', 'custom')
+        }
 
 def _section(cls, raw, name:str):
     "A `BatchParams`/`GateParams` from a dict of some of its fields over `TrainConfig`'s default; unknown or bad fields named as `name.field`."
     if not isinstance(raw, dict): return raw  # the table says what is allowed
     if unknown := sorted(set(raw) - {f.name for f in fields(cls)}):
-        raise ConfigError(where(f'unknown setting {name}.{unknown[0]}', f'{name} takes {", ".join(f.name for f in fields(cls))}', field=f'{name}.{unknown[0]}'))
+        raise ConfigError(
+            where(f'unknown setting {name}.{unknown[0]}', f'{name} takes {", ".join(f.name for f in fields(cls))}',
+                  field=f'{name}.{unknown[0]}'))
     try: return cls(**(asdict(TrainConfig.__dataclass_fields__[name].default) | raw))
     except ConfigError as e: raise ConfigError(f'{name}.{e}') from None
 
@@ -126,8 +133,14 @@ def train_config(config:TrainConfig|dict|None=None, **overrides) -> TrainConfig:
     "A `TrainConfig` from a config, a dict (with `batch`/`gate` as dicts) or defaults, with overrides."
     d = (config.__dict__ if isinstance(config, TrainConfig) else dict(config or {})) | overrides
     if unknown := sorted(set(d) - set(TrainConfig.__dataclass_fields__)):
-        raise ConfigError(where(f'unknown training settings {unknown}', f'Use some of {sorted(TrainConfig.__dataclass_fields__)}', field=unknown[0]))
-    return TrainConfig(**{k: _section(BatchParams if k == 'batch' else GateParams, v, k) if k in ('batch', 'gate') else v for k, v in d.items()})
+        raise ConfigError(
+            where(f'unknown training settings {unknown}', f'Use some of {sorted(TrainConfig.__dataclass_fields__)}',
+                  field=unknown[0]))
+    return TrainConfig(
+        **{
+            k: _section(BatchParams if k == 'batch' else GateParams, v, k) if k in ('batch', 'gate') else v
+            for k, v in d.items()
+        })
 
 # %% ../nbs/16a_config.ipynb #28c77e1d
 DEFAULT_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.1, report_floor=20, floor_k={}, val_ratio=0.75, val_wrong_min=10)
@@ -141,9 +154,12 @@ class Config:
     skill_mode: str = 'auto' # how the agent gets its skills: auto (routed into the prompt), manual (read_skill) or none
 
     def __post_init__(self):
-        if self.skill_mode not in SKILL_MODES: raise ConfigError(where(f'skill_mode must be one of {SKILL_MODES}, got {self.skill_mode!r}', field='skill_mode'))
+        if self.skill_mode not in SKILL_MODES:
+            raise ConfigError(
+                where(f'skill_mode must be one of {SKILL_MODES}, got {self.skill_mode!r}', field='skill_mode'))
 
-    def to_dict(self) -> dict: return dict(split=self.split.to_dict(), train=self.train.to_dict(), skill_mode=self.skill_mode)
+    def to_dict(self) -> dict:
+        return dict(split=self.split.to_dict(), train=self.train.to_dict(), skill_mode=self.skill_mode)
 
 # %% ../nbs/16a_config.ipynb #23e9fcbd
 def _read_yaml(path:Path) -> dict:
@@ -151,7 +167,10 @@ def _read_yaml(path:Path) -> dict:
     try: raw = yaml.safe_load(path.read_text(encoding='utf-8'))
     except yaml.YAMLError as e: raise ConfigError(where(f'config file is not valid YAML ({e})', file=path)) from None
     if raw is None: return {}
-    if not isinstance(raw, dict): raise ConfigError(where(f'a config file holds a mapping, got {type(raw).__name__}', f'Use the sections {", ".join(CONFIG_SECTIONS)}', file=path))
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            where(f'a config file holds a mapping, got {type(raw).__name__}',
+                  f'Use the sections {", ".join(CONFIG_SECTIONS)}', file=path))
     return raw
 
 def _set_dotted(d:dict, key:str, value) -> dict:
@@ -162,48 +181,72 @@ def _set_dotted(d:dict, key:str, value) -> dict:
     if not isinstance(inner, dict): raise ConfigError(where(f'cannot set {key}: {head} is not a section', field=key))
     return d | {head: _set_dotted(inner, rest, value)}
 
-def load_config(src=None, # a Config, a dict with the sections split/train/skill_mode, a YAML file path, or None (defaults)
-                overrides:dict|None=None # dotted key -> value, applied on top (e.g. {'train.epochs': 3})
-               ) -> Config:
+def load_config(
+    src=None,  # a Config, a dict with the sections split/train/skill_mode, a YAML file path, or None (defaults)
+    overrides: dict | None = None  # dotted key -> value, applied on top (e.g. {'train.epochs': 3})
+) -> Config:
     "The validated `Config`; any bad key or value is a `ConfigError` naming it (and the file)."
     if isinstance(src, Config) and not overrides: return src
     file = Path(src) if isinstance(src, (str, Path)) else None
     raw = src.to_dict() if isinstance(src, Config) else _read_yaml(file) if file else dict(src or {})
-    for k, v in (overrides or {}).items(): raw = _set_dotted(raw, k, v)
+    for k, v in (overrides or {}).items():
+        raw = _set_dotted(raw, k, v)
     if unknown := sorted(set(raw) - set(CONFIG_SECTIONS)):
-        raise ConfigError(where(f'unknown config section {unknown[0]!r}', f'Use {", ".join(CONFIG_SECTIONS)}', file=file, field=unknown[0]))
+        raise ConfigError(
+            where(f'unknown config section {unknown[0]!r}', f'Use {", ".join(CONFIG_SECTIONS)}', file=file,
+                  field=unknown[0]))
     try:
         split = raw.get('split') or {}
-        if not isinstance(split, dict): raise ConfigError(where(f'split must be a mapping, got {type(split).__name__}', field='split'))
-        return Config(load_split_config(DEFAULT_SPLIT | split), train_config(raw.get('train') or {}), raw.get('skill_mode', 'auto'))
-    except ConfigError as e: raise ConfigError(f'{e} (in {file})' if file else str(e)) from None
+        if not isinstance(split, dict):
+            raise ConfigError(where(f'split must be a mapping, got {type(split).__name__}', field='split'))
+        return Config(load_split_config(DEFAULT_SPLIT | split), train_config(raw.get('train') or {}),
+                      raw.get('skill_mode', 'auto'))
+    except ConfigError as e:
+        raise ConfigError(f'{e} (in {file})' if file else str(e)) from None
 
-def runner_config(config=None, # a Config, its YAML file, a dict of its sections, or training settings alone (TrainConfig or dict)
-                  split_config=None # split settings beside training settings alone (default DEFAULT_SPLIT, every key required)
-                 ) -> Config:
+def runner_config(
+    config=None,  # a Config, its YAML file, a dict of its sections, or training settings alone (TrainConfig or dict)
+    split_config=None  # split settings beside training settings alone (default DEFAULT_SPLIT, every key required)
+) -> Config:
     "The `Config` of what a `Runner` is given."
-    whole = isinstance(config, (Config, str, Path)) or (isinstance(config, dict) and bool(config) and set(config) <= set(CONFIG_SECTIONS))
+    whole = isinstance(config, (Config, str, Path)) or (isinstance(config, dict) and bool(config)
+                                                        and set(config) <= set(CONFIG_SECTIONS))
     if not whole: return Config(load_split_config(split_config or DEFAULT_SPLIT), train_config(config))
-    if split_config is not None: raise ConfigError(where('split settings are given twice (config and split_config)', "Put them in the config's split section", field='split_config'))
+    if split_config is not None:
+        raise ConfigError(
+            where('split settings are given twice (config and split_config)', "Put them in the config's split section",
+                  field='split_config'))
     return load_config(config)
 
 STAGE_PARAMETERS = {  # a stage notebook's parameter -> the dotted config key it sets
-    'skill_mode': 'skill_mode', 'split_seed': 'split.seed', **{k: f'split.{k}' for k in SPLIT_KEYS if k != 'seed'},
-    **{k: f'train.{k}' for k in ('epochs', 'acceptance', 'patience', 'probation_share', 'min_ladder_units', 'ladder_cap', 'max_calls', 'deliver', 'momentum')},
-    **{k: f'train.batch.{k}' for k in ('batch_size', 'min_class', 'correct_ratio')},
-    **{k: f'train.gate.{k}' for k in ('alpha', 'alpha_dir', 'alpha_prov', 'min_n', 'min_effect_q')}}
+    'skill_mode': 'skill_mode', 'split_seed': 'split.seed', **{k: f'split.{k}'
+                                                               for k in SPLIT_KEYS if k != 'seed'}, **{
+        k: f'train.{k}'
+        for k in ('epochs', 'acceptance', 'patience', 'probation_share', 'min_ladder_units', 'ladder_cap', 'max_calls', 'deliver', 'momentum')
+    }, **{k: f'train.batch.{k}'
+          for k in ('batch_size', 'min_class', 'correct_ratio')},
+    **{k: f'train.gate.{k}'
+       for k in ('alpha', 'alpha_dir', 'alpha_prov', 'min_n', 'min_effect_q')}
+}
 
 def stage_config(config=None, # the notebook's `config`: a YAML file, a dict of sections, or None (the defaults)
                  settings:dict|None=None, # more overrides as dotted keys
                  **params # the notebook's parameters by name (see STAGE_PARAMETERS); None leaves the config's value
                 ) -> Config:
     "The `Config` of a stage notebook: its file, then its parameters that are set, then `settings`."
-    if unknown := sorted(set(params) - set(STAGE_PARAMETERS)): raise ConfigError(where(f'unknown stage parameter {unknown[0]!r}', field=unknown[0]))
-    return load_config(config, {STAGE_PARAMETERS[k]: v for k, v in params.items() if v is not None} | dict(settings or {}))
+    if unknown := sorted(set(params) - set(STAGE_PARAMETERS)):
+        raise ConfigError(where(f'unknown stage parameter {unknown[0]!r}', field=unknown[0]))
+    return load_config(config, {STAGE_PARAMETERS[k]: v
+                                for k, v in params.items() if v is not None} | dict(settings or {}))
 
 def flat_config(d:dict, prefix:str='') -> dict:
     "Dotted key -> value of a nested settings dict."
-    return {k2: v2 for k, v in d.items() for k2, v2 in (flat_config(v, f'{prefix}{k}.') if isinstance(v, dict) and k != 'floor_k' else {f'{prefix}{k}': v}).items()}
+    return {
+        k2: v2
+        for k, v in d.items()
+        for k2, v2 in (
+            flat_config(v, f'{prefix}{k}.') if isinstance(v, dict) and k != 'floor_k' else {f'{prefix}{k}': v}).items()
+    }
 
 def config_frame(config:Config) -> pl.DataFrame:
     "The resolved configuration, one row a knob (dotted key, value as JSON)."

@@ -42,33 +42,38 @@ def _table(name, key, **columns) -> Table:
     return Table(name, {'run_id': 'TEXT', **columns, 'created_at': 'TEXT'}, key)
 
 # %% ../nbs/06_log.ipynb #7c2e73a6
-TABLES = {t.name: t for t in [
-    _table('runs', ('run_id',), kind='TEXT', skills_version='TEXT', prompts_version='TEXT', params='JSON',
-           started_at='TEXT', finished_at='TEXT', status='TEXT'),
-    _table('predictions', ('run_id', 'question_id'), question_id='TEXT', video_id='TEXT', task_type='TEXT',
-           prediction='TEXT', answer='TEXT', correct='BOOL', stop_reason='TEXT', steps_used='INTEGER',
-           tokens='INTEGER', latency='REAL', steps_json='JSON'),
-    _table('traces', ('run_id', 'question_id', 'step'), question_id='TEXT', step='INTEGER', role='TEXT', content='JSON'),
-    _table('llm_calls', ('call_id',), call_id='TEXT', role='TEXT', model='TEXT', prompt_tokens='INTEGER',
-           completion_tokens='INTEGER', latency_s='REAL', status='TEXT', attempt='INTEGER', cache_hit='BOOL',
-           cost='REAL', error='TEXT', extra='JSON'),
-    _table('diagnosis_signals', ('question_id', 'run_id', 'diag_fingerprint'), question_id='TEXT',
-           diag_fingerprint='TEXT', tier='TEXT', error_type='TEXT', cause='TEXT', evolution_target='TEXT',
-           degraded='BOOL', infra='BOOL', payload='JSON'),
-    _table('gate_evidence', ('run_id', 'gate_id', 'unit_id'), gate_id='TEXT', task_type='TEXT', unit_id='TEXT',
-           rank='INTEGER', base_correct='BOOL', cand_correct='BOOL', w='INTEGER', l='INTEGER', n_used='INTEGER',
-           e_value='REAL', e_value_harm='REAL', decision='TEXT'),
-    _table('quadrant_pairs', ('run_id', 'gate_id', 'unit_id'), gate_id='TEXT', task_type='TEXT', unit_id='TEXT',
-           quadrant='TEXT'),
-    _table('dual_metric', ('run_id', 'scope', 'task_type'), scope='TEXT', task_type='TEXT', skills_version='TEXT',
-           n_questions='INTEGER', question_correct='INTEGER', question_accuracy='REAL', n_units='INTEGER',
-           unit_correct='INTEGER', unit_accuracy='REAL'),
-    _table('shadow_gate', ('run_id', 'gate_id', 'task_type', 'rule'), gate_id='TEXT', task_type='TEXT', rule='TEXT',
-           decision='TEXT', n_used='INTEGER', detail='JSON'),
-    _table('holdout_eval', ('run_id', 'skills_version', 'question_id'), question_id='TEXT', skills_version='TEXT',
-           video_id='TEXT', task_type='TEXT', unit_id='TEXT', prediction='TEXT', answer='TEXT', correct='BOOL',
-           stop_reason='TEXT'),
-]}
+TABLES = {
+    t.name: t
+    for t in [
+        _table('runs', ('run_id', ), kind='TEXT', skills_version='TEXT', prompts_version='TEXT', params='JSON',
+               started_at='TEXT', finished_at='TEXT', status='TEXT'),
+        _table('predictions', ('run_id', 'question_id'), question_id='TEXT', video_id='TEXT', task_type='TEXT',
+               prediction='TEXT', answer='TEXT', correct='BOOL', stop_reason='TEXT', steps_used='INTEGER',
+               tokens='INTEGER', latency='REAL', steps_json='JSON'),
+        _table('traces', ('run_id', 'question_id',
+                          'step'), question_id='TEXT', step='INTEGER', role='TEXT', content='JSON'),
+        _table('llm_calls', ('call_id', ), call_id='TEXT', role='TEXT', model='TEXT', prompt_tokens='INTEGER',
+               completion_tokens='INTEGER', latency_s='REAL', status='TEXT', attempt='INTEGER', cache_hit='BOOL',
+               cost='REAL', error='TEXT', extra='JSON'),
+        _table('diagnosis_signals', ('question_id', 'run_id',
+                                     'diag_fingerprint'), question_id='TEXT', diag_fingerprint='TEXT', tier='TEXT',
+               error_type='TEXT', cause='TEXT', evolution_target='TEXT', degraded='BOOL', infra='BOOL', payload='JSON'),
+        _table('gate_evidence', ('run_id', 'gate_id', 'unit_id'), gate_id='TEXT', task_type='TEXT', unit_id='TEXT',
+               rank='INTEGER', base_correct='BOOL', cand_correct='BOOL', w='INTEGER', l='INTEGER', n_used='INTEGER',
+               e_value='REAL', e_value_harm='REAL', decision='TEXT'),
+        _table('quadrant_pairs', ('run_id', 'gate_id',
+                                  'unit_id'), gate_id='TEXT', task_type='TEXT', unit_id='TEXT', quadrant='TEXT'),
+        _table('dual_metric', ('run_id', 'scope', 'task_type'), scope='TEXT', task_type='TEXT', skills_version='TEXT',
+               n_questions='INTEGER', question_correct='INTEGER', question_accuracy='REAL', n_units='INTEGER',
+               unit_correct='INTEGER', unit_accuracy='REAL'),
+        _table('shadow_gate', (
+            'run_id', 'gate_id', 'task_type',
+            'rule'), gate_id='TEXT', task_type='TEXT', rule='TEXT', decision='TEXT', n_used='INTEGER', detail='JSON'),
+        _table('holdout_eval', ('run_id', 'skills_version',
+                                'question_id'), question_id='TEXT', skills_version='TEXT', video_id='TEXT',
+               task_type='TEXT', unit_id='TEXT', prediction='TEXT', answer='TEXT', correct='BOOL', stop_reason='TEXT'),
+    ]
+}
 
 # %% ../nbs/06_log.ipynb #777766a5
 def schema_frame() -> pl.DataFrame:
@@ -87,14 +92,17 @@ def table_spec(table:str # a table name from `TABLES`
 # %% ../nbs/06_log.ipynb #325b4b32
 def create_sql(t:Table) -> list[str]:
     "The `CREATE TABLE/INDEX IF NOT EXISTS` statements for `t`."
-    cols = [f'{c} {KINDS[k][0]}' + (' NOT NULL' if c in t.key or c == 'created_at' else '') for c,k in t.columns.items()]
+    cols = [
+        f'{c} {KINDS[k][0]}' + (' NOT NULL' if c in t.key or c == 'created_at' else '') for c, k in t.columns.items()
+    ]
     out = [f'CREATE TABLE IF NOT EXISTS {t.name} ({", ".join(cols)}, PRIMARY KEY ({", ".join(t.key)}))']
     if t.key[0] != 'run_id': out.append(f'CREATE INDEX IF NOT EXISTS {t.name}_run_id ON {t.name} (run_id)')
     return out
 
 # %% ../nbs/06_log.ipynb #7aecc8db
 def _as_json(v): return v if isinstance(v, str) else canonical_json(list(v) if isinstance(v, tuple) else v)
-def _as_text(v): return v if isinstance(v, str) else _as_json(v) if isinstance(v, (dict, list, tuple)) else _scalar_text(v)
+def _as_text(v):
+    return v if isinstance(v, str) else _as_json(v) if isinstance(v, (dict, list, tuple)) else _scalar_text(v)
 def _scalar_text(v):
     if isinstance(v, (int, float)) and not isinstance(v, bool): return str(v)
     raise TypeError(f'expected text, got {type(v).__name__}')
@@ -114,7 +122,8 @@ ENCODERS = {'TEXT': _as_text, 'JSON': _as_json, 'INTEGER': _as_int, 'REAL': _as_
 def encode_value(kind:str, # column kind from `KINDS`
                  value): # a Python value; None stays NULL
     "The SQLite value stored for `value` in a column of `kind`; `TypeError`/`ValueError` when it does not fit."
-    if hasattr(value, 'item') and not isinstance(value, (str, bytes, dict, list, tuple)): value = value.item()  # numpy scalar
+    if hasattr(value, 'item') and not isinstance(value, (str, bytes, dict, list, tuple)):
+        value = value.item()  # numpy scalar
     if value is None or (isinstance(value, float) and math.isnan(value) and kind != 'JSON'): return None
     return ENCODERS[kind](value)
 
@@ -126,14 +135,19 @@ def utc_now() -> str:
 def _check_columns(t:Table, row:dict, i:int):
     for c in row:
         if c not in t.columns:
-            raise ConfigError(where(f'unknown column {c!r} for table {t.name!r}', f'Known columns: {", ".join(t.columns)}',
-                                    table=t.name, row=i, field=c))
+            raise ConfigError(
+                where(f'unknown column {c!r} for table {t.name!r}', f'Known columns: {", ".join(t.columns)}',
+                      table=t.name, row=i, field=c))
 
 def _encode_field(t:Table, row:dict, i:int, c:str):
     v = row.get(c)
-    if v is None and (c in t.key): raise DataError(where('missing key field', 'Every key field needs a value', table=t.name, row=i, field=c))
-    try: return encode_value(t.columns[c], v)
-    except (TypeError, ValueError) as e: raise DataError(where(f'bad value ({e})', f'Give a {t.columns[c]} value', table=t.name, row=i, field=c)) from None
+    if v is None and (c in t.key):
+        raise DataError(where('missing key field', 'Every key field needs a value', table=t.name, row=i, field=c))
+    try:
+        return encode_value(t.columns[c], v)
+    except (TypeError, ValueError) as e:
+        raise DataError(where(f'bad value ({e})', f'Give a {t.columns[c]} value', table=t.name, row=i,
+                              field=c)) from None
 
 def encode_row(t:Table, # the target table
                row:dict, # column -> value; unknown columns are an error
@@ -141,7 +155,8 @@ def encode_row(t:Table, # the target table
                now:str|None=None # default `created_at`
               ) -> tuple:
     "The values of `row` for every column of `t`, in schema order."
-    if not isinstance(row, dict): raise DataError(where(f'a row must be a dict, got {type(row).__name__}', table=t.name, row=i))
+    if not isinstance(row, dict):
+        raise DataError(where(f'a row must be a dict, got {type(row).__name__}', table=t.name, row=i))
     _check_columns(t, row, i)
     row = {**row, 'created_at': row.get('created_at') or now or utc_now()}
     return tuple(_encode_field(t, row, i, c) for c in t.columns)
@@ -156,12 +171,19 @@ def connect(path:str|Path, # the database file
     try:
         conn = sqlite3.connect(uri, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False, uri=readonly)
         conn.execute(f'PRAGMA busy_timeout = {int(busy_timeout_s*1000)}')
-        mode = conn.execute('PRAGMA journal_mode').fetchone()[0] if readonly else conn.execute('PRAGMA journal_mode = WAL').fetchone()[0]
+        mode = conn.execute('PRAGMA journal_mode').fetchone()[0] if readonly else conn.execute(
+            'PRAGMA journal_mode = WAL').fetchone()[0]
         conn.execute('PRAGMA synchronous = NORMAL')
     except sqlite3.DatabaseError as e:
-        raise InfraError(where(f'cannot open harness.db ({e})', 'Check that the file is a SQLite database, its folder is writable and no other process keeps it locked', db=path)) from None
+        raise InfraError(
+            where(
+                f'cannot open harness.db ({e})',
+                'Check that the file is a SQLite database, its folder is writable and no other process keeps it locked',
+                db=path)) from None
     if mode != 'wal' and not readonly:
-        raise InfraError(where(f'harness.db could not switch to WAL mode (journal_mode={mode})', 'Put the workspace on a local file system', db=path))
+        raise InfraError(
+            where(f'harness.db could not switch to WAL mode (journal_mode={mode})',
+                  'Put the workspace on a local file system', db=path))
     return conn
 
 # %% ../nbs/06_log.ipynb #6d8d06bc
@@ -176,12 +198,17 @@ def ensure_schema(conn:sqlite3.Connection, path:str|Path=''):
     try:
         found = conn.execute('PRAGMA user_version').fetchone()[0]
         if found > SCHEMA_VERSION:
-            raise ConfigError(where(f'harness.db has schema version {found}, this treetrm knows {SCHEMA_VERSION}', 'Upgrade treetrm', db=path))
+            raise ConfigError(
+                where(f'harness.db has schema version {found}, this treetrm knows {SCHEMA_VERSION}', 'Upgrade treetrm',
+                      db=path))
         for t in TABLES.values():
-            for s in create_sql(t): conn.execute(s)
+            for s in create_sql(t):
+                conn.execute(s)
             _add_missing_columns(conn, t)
         conn.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
-    except BaseException: conn.execute('ROLLBACK'); raise
+    except BaseException:
+        conn.execute('ROLLBACK')
+        raise
     conn.execute('COMMIT')
 
 # %% ../nbs/06_log.ipynb #c4741ef6
@@ -192,7 +219,8 @@ class HarnessLog:
                  busy_timeout_s:float=30.0, # how long to wait for another process's write
                  readonly:bool=False): # open an existing file for reading only
         self.path, self.run_id, self.readonly = Path(path), run_id, readonly
-        if readonly and not self.path.exists(): raise ConfigError(where('no harness.db here', 'Check the workspace path', db=self.path))
+        if readonly and not self.path.exists():
+            raise ConfigError(where('no harness.db here', 'Check the workspace path', db=self.path))
         if not readonly: self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock, self._conn = threading.RLock(), connect(self.path, busy_timeout_s, readonly)
         if not readonly: ensure_schema(self._conn, self.path)
@@ -204,7 +232,9 @@ class HarnessLog:
     def close(self):
         "Close the connection (idempotent)."
         with self._lock:
-            if self._conn is not None: self._conn.close(); self._conn = None
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 # %% ../nbs/06_log.ipynb #d3e32705
 def _live(self) -> sqlite3.Connection:
@@ -213,10 +243,14 @@ def _live(self) -> sqlite3.Connection:
 
 @contextmanager
 def _sqlite_errors(self):
-    try: yield
-    except sqlite3.IntegrityError as e: raise DataError(where(f'harness.db rejected a row ({e})', db=self.path)) from None
+    try:
+        yield
+    except sqlite3.IntegrityError as e:
+        raise DataError(where(f'harness.db rejected a row ({e})', db=self.path)) from None
     except sqlite3.OperationalError as e:
-        raise InfraError(where(f'harness.db operation failed ({e})', 'Another process may hold the write lock for too long, or the disk is full', db=self.path)) from None
+        raise InfraError(
+            where(f'harness.db operation failed ({e})',
+                  'Another process may hold the write lock for too long, or the disk is full', db=self.path)) from None
 
 @patch
 @contextmanager
@@ -227,8 +261,11 @@ def _read(self:HarnessLog):
 @contextmanager
 def _write(self:HarnessLog):
     with self._lock, _sqlite_errors(self):
-        if self.readonly: raise ConfigError(where('this HarnessLog is read-only', 'Open it without readonly=True to write', db=self.path))
-        conn = _live(self); conn.execute('BEGIN IMMEDIATE')
+        if self.readonly:
+            raise ConfigError(
+                where('this HarnessLog is read-only', 'Open it without readonly=True to write', db=self.path))
+        conn = _live(self)
+        conn.execute('BEGIN IMMEDIATE')
         try: yield conn
         except BaseException:
             if conn.in_transaction: conn.execute('ROLLBACK')
@@ -248,7 +285,8 @@ def insert_many(self:HarnessLog, rows:dict # table name → rows (list of dicts 
     for table, rs in rows.items():
         t = table_spec(table)
         if isinstance(rs, pl.DataFrame): rs = rs.to_dicts()
-        if isinstance(rs, dict): raise ConfigError(where('insert takes a list of rows, got one dict', 'Wrap it in a list', table=table))
+        if isinstance(rs, dict):
+            raise ConfigError(where('insert takes a list of rows, got one dict', 'Wrap it in a list', table=table))
         encoded[table] = (t, [encode_row(t, r, i, now) for i,r in enumerate(rs)])
     if not any(v for _,v in encoded.values()): return 0
     with self._write() as conn:
@@ -307,7 +345,8 @@ def frame(self:HarnessLog, table:str, # a table name from `TABLES`
     t = table_spec(table)
     sql, params = _where_clause(t, ({'run_id': run_id} if run_id is not None else {}) | filters)
     with self._read() as conn:
-        rows = conn.execute(f'SELECT {", ".join(t.columns)} FROM {t.name}{sql} ORDER BY {", ".join(t.key)}', params).fetchall()
+        rows = conn.execute(f'SELECT {", ".join(t.columns)} FROM {t.name}{sql} ORDER BY {", ".join(t.key)}',
+                            params).fetchall()
     return rows_frame(t, rows)
 
 # %% ../nbs/06_log.ipynb #55f0acd9
@@ -317,29 +356,48 @@ def query(self:HarnessLog, sql:str, # one SELECT (or read-only PRAGMA) statement
          ) -> pl.DataFrame:
     "The result of a read-only SQL statement as a polars frame."
     with self._lock:
-        conn = _live(self); conn.execute('PRAGMA query_only = 1')
-        try: cur = conn.execute(sql, params); rows = cur.fetchall()
-        except sqlite3.Error as e: raise ConfigError(where(f'query failed ({e})', 'Only read-only SQL is allowed here; check table and column names', db=self.path, sql=sql)) from None
-        finally: conn.execute('PRAGMA query_only = 0')
+        conn = _live(self)
+        conn.execute('PRAGMA query_only = 1')
+        try:
+            cur = conn.execute(sql, params)
+            rows = cur.fetchall()
+        except sqlite3.Error as e:
+            raise ConfigError(
+                where(f'query failed ({e})', 'Only read-only SQL is allowed here; check table and column names',
+                      db=self.path, sql=sql)) from None
+        finally:
+            conn.execute('PRAGMA query_only = 0')
     return pl.DataFrame(rows, schema=[d[0] for d in cur.description or []], orient='row', infer_schema_length=None)
 
 # %% ../nbs/06_log.ipynb #595989ad
 @dataclass(frozen=True)
 class RunRecord:
     "One row of the run registry."
-    run_id:str; kind:str; skills_version:str|None; prompts_version:str|None
-    params:dict; started_at:str; finished_at:str|None; status:str; created_at:str
+    run_id: str
+    kind: str
+    skills_version: str | None
+    prompts_version: str | None
+    params: dict
+    started_at: str
+    finished_at: str | None
+    status: str
+    created_at: str
 
 def check_run_id(run_id) -> str:
     "`run_id` when it is a non-blank string, else a `ConfigError`."
     if not isinstance(run_id, str) or not run_id.strip():
-        raise ConfigError(where(f'run_id must be a non-blank string, got {run_id!r}', 'Pass a name such as "baseline" or "v2"', field='run_id'))
+        raise ConfigError(
+            where(f'run_id must be a non-blank string, got {run_id!r}', 'Pass a name such as "baseline" or "v2"',
+                  field='run_id'))
     return run_id
 
 def _params_json(params, run_id) -> str:
-    try: return canonical_json(params or {})
+    try:
+        return canonical_json(params or {})
     except (TypeError, ValueError) as e:
-        raise ConfigError(where(f'run params must be JSON-able ({e})', 'Pass plain dicts, lists, strings and numbers', run_id=run_id, field='params')) from None
+        raise ConfigError(
+            where(f'run params must be JSON-able ({e})', 'Pass plain dicts, lists, strings and numbers', run_id=run_id,
+                  field='params')) from None
 
 # %% ../nbs/06_log.ipynb #a3372ed2
 def _differing_keys(old:dict, new:dict) -> list[str]:
@@ -350,15 +408,17 @@ def _check_same_run(run_id:str, old:dict, new:dict):
     for f in ('kind', 'skills_version', 'prompts_version', 'params'):
         if old[f] == new[f]: continue
         detail = f'keys {", ".join(_differing_keys(json.loads(old[f]), json.loads(new[f])))}' if f == 'params' else f'{old[f]!r} != {new[f]!r}'
-        raise ConfigError(where(f'run {run_id!r} already exists with a different {f} ({detail})',
-                                'Pass the original settings to resume it, or choose a new run_id', run_id=run_id, field=f))
+        raise ConfigError(
+            where(f'run {run_id!r} already exists with a different {f} ({detail})',
+                  'Pass the original settings to resume it, or choose a new run_id', run_id=run_id, field=f))
 
 def _run_record(row:dict) -> RunRecord:
     return RunRecord(**{**row, 'params': json.loads(row['params'] or '{}')})
 
 # %% ../nbs/06_log.ipynb #13c480d3
 def _fetch_dict(conn, sql, params) -> dict|None:
-    cur = conn.execute(sql, params); row = cur.fetchone()
+    cur = conn.execute(sql, params)
+    row = cur.fetchone()
     return None if row is None else dict(zip([d[0] for d in cur.description], row))
 
 @patch
@@ -370,14 +430,20 @@ def start_run(self:HarnessLog, run_id:str, # non-blank run name
              ) -> RunRecord:
     "Register `run_id`, or resume it when it exists with the same settings; returns its record."
     check_run_id(run_id)
-    if not isinstance(kind, str) or not kind.strip(): raise ConfigError(where('run kind must be a non-blank string', run_id=run_id, field='kind'))
-    new = dict(kind=kind, skills_version=skills_version, prompts_version=prompts_version, params=_params_json(params, run_id))
+    if not isinstance(kind, str) or not kind.strip():
+        raise ConfigError(where('run kind must be a non-blank string', run_id=run_id, field='kind'))
+    new = dict(kind=kind, skills_version=skills_version, prompts_version=prompts_version,
+               params=_params_json(params, run_id))
     with self._read() as conn: old = _fetch_dict(conn, 'SELECT * FROM runs WHERE run_id = ?', (run_id,))
-    if old is not None: _check_same_run(run_id, old, new); return _run_record(old)  # a resume: nothing to write
+    if old is not None:
+        _check_same_run(run_id, old, new)
+        return _run_record(old)  # a resume: nothing to write
     with self._write() as conn:
         old = _fetch_dict(conn, 'SELECT * FROM runs WHERE run_id = ?', (run_id,))
         if old is not None: _check_same_run(run_id, old, new)
-        else: conn.execute(insert_sql(TABLES['runs']), encode_row(TABLES['runs'], dict(run_id=run_id, **new, started_at=utc_now(), status='running')))
+        else:
+            conn.execute(insert_sql(TABLES['runs']),
+                         encode_row(TABLES['runs'], dict(run_id=run_id, **new, started_at=utc_now(), status='running')))
     return self.get_run(run_id)
 
 @patch
@@ -393,7 +459,8 @@ def finish_run(self:HarnessLog, run_id:str, # a started run
               ) -> RunRecord:
     "Mark `run_id` as ended with `status`; returns the updated record."
     with self._write() as conn:
-        n = conn.execute('UPDATE runs SET finished_at = ?, status = ? WHERE run_id = ?', (utc_now(), status, check_run_id(run_id))).rowcount
+        n = conn.execute('UPDATE runs SET finished_at = ?, status = ? WHERE run_id = ?',
+                         (utc_now(), status, check_run_id(run_id))).rowcount
     if n == 0: raise ConfigError(where(f'run {run_id!r} was never started', 'Call start_run first', run_id=run_id))
     return self.get_run(run_id)
 
@@ -483,7 +550,8 @@ def drop_signals(self:HarnessLog, run_id:str, # the baseline run
     keys = [(check_run_id(run_id), diag_fingerprint, q) for q in sorted(set(question_ids))]
     with self._write() as conn:
         before = conn.total_changes
-        conn.executemany('DELETE FROM diagnosis_signals WHERE run_id = ? AND diag_fingerprint = ? AND question_id = ?', keys)
+        conn.executemany('DELETE FROM diagnosis_signals WHERE run_id = ? AND diag_fingerprint = ? AND question_id = ?',
+                         keys)
         return conn.total_changes - before
 
 @patch
@@ -510,7 +578,9 @@ def prediction_outcomes(self:HarnessLog, run_id:str,
 def accuracy(self:HarnessLog, run_id:str) -> float:
     "Fraction of `run_id`'s predictions that are correct."
     p = self.predictions(run_id)
-    if p.height == 0: raise ConfigError(where(f'run {run_id!r} has no predictions', 'Check the run id (see HarnessLog.runs())', run_id=run_id))
+    if p.height == 0:
+        raise ConfigError(
+            where(f'run {run_id!r} has no predictions', 'Check the run id (see HarnessLog.runs())', run_id=run_id))
     return p['correct'].fill_null(False).mean()
 
 # %% ../nbs/06_log.ipynb #d6d0ee8a

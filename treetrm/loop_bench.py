@@ -33,10 +33,15 @@ __all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SN
 
 # %% ../nbs/17b_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
-RULE_LABELS = {'gate': 'treetrm gate', 'gepa_engine': 'GEPA engine', 'gepa': 'GEPA rule', 'gepa_veto': 'GEPA + val. veto',
-               'greedy': 'greedy val.', 'greedy_margin': 'greedy + margin', 'fixed_n': 'fixed-n McNemar', 'bayes': 'Bayes P>0.9', 'oracle': 'oracle'}
-RULE_COLORS = {'gate': '#1b7837', 'gepa_engine': '#332288', 'gepa': '#4477aa', 'gepa_veto': '#66ccee', 'greedy': '#ee6677',
-               'greedy_margin': '#aa3377', 'fixed_n': '#ccbb44', 'bayes': '#bbbbbb', 'oracle': '#000000'}
+RULE_LABELS = {
+    'gate': 'treetrm gate', 'gepa_engine': 'GEPA engine', 'gepa': 'GEPA rule', 'gepa_veto': 'GEPA + val. veto',
+    'greedy': 'greedy val.', 'greedy_margin': 'greedy + margin', 'fixed_n': 'fixed-n McNemar', 'bayes': 'Bayes P>0.9',
+    'oracle': 'oracle'
+}
+RULE_COLORS = {
+    'gate': '#1b7837', 'gepa_engine': '#332288', 'gepa': '#4477aa', 'gepa_veto': '#66ccee', 'greedy': '#ee6677',
+    'greedy_margin': '#aa3377', 'fixed_n': '#ccbb44', 'bayes': '#bbbbbb', 'oracle': '#000000'
+}
 RULE_DESCRIPTIONS = {
     'gate': 'treetrm: anytime-valid sequential e-value gate on the whole pool, cap-calibrated threshold, futility at the detectable effect, fresh-evidence probation, base arms paid once per content',
     'gepa_engine': 'the real GEPA engine (gepa.optimize, Pareto selection, strict minibatch improvement), treetrm evolver as proposer, same call budget',
@@ -52,7 +57,8 @@ RULE_DESCRIPTIONS = {
     'gate_no_futility': 'the gate without the minimum-effect futility',
     'gate_no_calibrate': 'the gate confirming at 1/alpha instead of the cap-calibrated threshold',
     'gate_no_reuse': 'the gate paying for base arms once per skills/prompts version',
-    'gate_keep_open': 'the gate delivering edits still on probation when training ends (open_probations=keep)'}
+    'gate_keep_open': 'the gate delivering edits still on probation when training ends (open_probations=keep)'
+}
 SNAPSHOT = dict(probation_evidence='snapshot', probation_share=1/3)
 ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
     'gate_landed': ('gate', SNAPSHOT | dict(futility=False, calibrate=False, reuse_base=False, open_probations='keep')),
@@ -70,7 +76,8 @@ def oracle_rule(world_dir):
         qs = list(world_questions(world_dir).values())
         base = runner.skills.path(req.base_version)
         out = {}
-        with materialised_candidates(req.candidates, base, candidates_root(runner.workspace, f'{req.gate_id}_oracle')) as dirs:
+        with materialised_candidates(req.candidates, base, candidates_root(runner.workspace,
+                                                                           f'{req.gate_id}_oracle')) as dirs:
             for t, d in dirs.items():
                 mine = [q for q in qs if q.task_type == t]
                 delta = true_accuracy(world_dir, d, mine) - true_accuracy(world_dir, base, mine)
@@ -83,7 +90,7 @@ def oracle_rule(world_dir):
 @dataclass(frozen=True)
 class CellSpec:
     "One cell of the grid: a world family (make_world arguments without the seed) and its hard budget of calls."
-    world: dict # make_world arguments, e.g. {'profile': 'realistic', 'n_videos': 50, 'realism': {'effects': 'balanced'}}
+    world: dict  # make_world arguments, e.g. {'profile': 'realistic', 'n_videos': 50, 'realism': {'effects': 'balanced'}}
     budget: int # model calls of every role per training run (the curve also reads 0.5x and, from the same runs, 2x)
 
 def grid_cells(worlds:list[dict], budget) -> list[CellSpec]:
@@ -99,15 +106,16 @@ class BenchSettings:
     run_seed: int = 0 # seed of the runs and the sim roles
     one_call: bool = True # the one-call simulated agent (the world's probability, one call a question)
     curve: tuple = (0.5, 1.0, 2.0) # budget multiples of the gain-vs-budget curve; runs go to the largest
-    engine_curve: bool = True # the GEPA engine runs once per multiple of the curve (False: at 1x only; its curve then has one point)
+    engine_curve: bool = True  # the GEPA engine runs once per multiple of the curve (False: at 1x only; its curve then has one point)
     split: dict|None = None # split settings (None: DEFAULT_GRID_SPLIT)
 
-DEFAULT_GRID_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.2, report_floor=10, floor_k={}, val_ratio=0.75, val_wrong_min=5)
+DEFAULT_GRID_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.2, report_floor=10, floor_k={}, val_ratio=0.75,
+                          val_wrong_min=5)
 
 def train_config(settings:BenchSettings, max_calls:int) -> dict:
     "The runner settings of one benchmark run: the budget binds, epochs and patience never do, the rule's last state is delivered."
-    return dict(epochs=100, patience=100, min_ladder_units=settings.min_ladder_units, max_calls=max_calls, deliver='current',
-                batch=dict(batch_size=settings.batch_size, min_class=4, correct_ratio=0.2))
+    return dict(epochs=100, patience=100, min_ladder_units=settings.min_ladder_units, max_calls=max_calls,
+                deliver='current', batch=dict(batch_size=settings.batch_size, min_class=4, correct_ratio=0.2))
 
 # %% ../nbs/17b_loop_bench.ipynb #92dc805e
 def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, workdir:Path) -> Runner:
@@ -115,13 +123,17 @@ def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, wor
     d = Path(workdir)/f'w{seed}-{sha256_json(spec)[:10]}'
     world = d/'world' if (d/'world'/'world.json').exists() else make_world(d/'world', seed=seed, **spec)
     s = settings.run_seed
-    roles = {'agent': SimAgent(world, s, one_call=settings.one_call), 'judge': SimJudge(world, s), 'evolver': SimEvolver(world, s)}
-    return Runner(d/'workspace', data_dir=world, config=train_config(settings, max_calls), split_config=settings.split or DEFAULT_GRID_SPLIT,
-                  seed=s, concurrency=1, providers=roles, progress=False)
+    roles = {
+        'agent': SimAgent(world, s, one_call=settings.one_call), 'judge': SimJudge(world, s),
+        'evolver': SimEvolver(world, s)
+    }
+    return Runner(d / 'workspace', data_dir=world, config=train_config(settings, max_calls), split_config=settings.split
+                  or DEFAULT_GRID_SPLIT, seed=s, concurrency=1, providers=roles, progress=False)
 
 def calls_by_role(runner:Runner, prefix:str, limit:int|None=None) -> dict[str, int]:
     "role -> model calls filed under run ids starting with `prefix` (the final test excepted), of the first `limit` calls made (in the order they were stored)."
-    f = runner.log.query("SELECT run_id, role FROM llm_calls WHERE substr(run_id, 1, ?) = ? ORDER BY rowid", (len(prefix), prefix))
+    f = runner.log.query("SELECT run_id, role FROM llm_calls WHERE substr(run_id, 1, ?) = ? ORDER BY rowid",
+                         (len(prefix), prefix))
     f = f.filter(~pl.col('run_id').str.ends_with(FINAL_TEST)) if f.height else f
     got = dict(f.head(limit if limit is not None else f.height).group_by('role').len().iter_rows()) if f.height else {}
     return {r: int(got.get(r, 0)) for r in ('agent', 'judge', 'evolver')}
@@ -144,16 +156,22 @@ def proposal_bins(world:dict, decisions:list[dict], files:dict) -> dict[str, dic
     out = {name: dict(gated=0, delivered=0) for name, _, _ in EFFECT_BINS}
     for d in decisions:
         if d['kind'] != 'gate' or not d.get('texts'): continue
-        rules = [r for r in world['task_types'].get(d['task_type'], {}).get('rules', []) if any(r['text'] in x for x in d['texts'])]
+        rules = [
+            r for r in world['task_types'].get(d['task_type'], {}).get('rules', [])
+            if any(r['text'] in x for x in d['texts'])
+        ]
         for r in rules:
-            b = out[effect_bin(r['effect'])]; b['gated'] += 1; b['delivered'] += r['id'] in held
+            b = out[effect_bin(r['effect'])]
+            b['gated'] += 1
+            b['delivered'] += r['id'] in held
     return out
 
 # %% ../nbs/17b_loop_bench.ipynb #9a751960
 def score_files(runner:Runner, files:dict) -> dict:
     "True test accuracy (points) of skill files, and the harm they ship."
     test = runner.pool('test')
-    return dict(accuracy=100 * true_accuracy(runner.data_dir, files, test), harmful_points=harmful_points(load_world(runner.data_dir), files, test))
+    return dict(accuracy=100 * true_accuracy(runner.data_dir, files, test),
+                harmful_points=harmful_points(load_world(runner.data_dir), files, test))
 
 def timeline_files(runner:Runner, timeline:list[tuple[int, str]], limit:int) -> dict:
     "The skill files current when the run's calls last stood at or below `limit` (the run as a budget of `limit` would have ended)."
@@ -184,19 +202,27 @@ async def run_world(spec:dict, seed:int, rules, budget:int, settings:BenchSettin
             from treetrm.gepa_engine import gepa_engine_train
             curve = {}
             for x in (settings.curve if settings.engine_curve else (1.0,)):
-                res = await gepa_engine_train(runner, f'bench-gepa_engine-x{x:g}', max_calls=int(x * budget), seed=settings.run_seed)
+                res = await gepa_engine_train(runner, f'bench-gepa_engine-x{x:g}', max_calls=int(x * budget),
+                                              seed=settings.run_seed)
                 curve[x] = (seed_files | res.best_files, res.calls)
             files, calls = curve[1.0]
-            by_budget, bins = {x: score_files(runner, f)['accuracy'] - base['accuracy'] for x, (f, _) in curve.items()}, None
+            by_budget, bins = {x: score_files(runner, f)['accuracy'] - base['accuracy']
+                               for x, (f, _) in curve.items()}, None
         else:
             timeline, decisions = await train_with_rule(runner, rule, int(top * budget))
             files = timeline_files(runner, timeline, budget)
-            by_budget = {x: score_files(runner, timeline_files(runner, timeline, int(x * budget)))['accuracy'] - base['accuracy'] for x in settings.curve}
+            by_budget = {
+                x: score_files(runner, timeline_files(runner, timeline, int(x * budget)))['accuracy'] - base['accuracy']
+                for x in settings.curve
+            }
             calls, bins = calls_by_role(runner, f'bench-{rule}', limit=budget), proposal_bins(world, decisions, files)
         got = score_files(runner, files)
-        rows.append(dict(seed=seed, rule=rule, gain=got['accuracy'] - base['accuracy'], worse_than_seed=got['accuracy'] < base['accuracy'] - 1e-9,
-                         harmful_points=got['harmful_points'], gain_by_budget={f'{x:g}': g for x, g in by_budget.items()}, calls=calls, bins=bins,
-                         seed_accuracy=base['accuracy'], delivered_accuracy=got['accuracy'], wall_s=round(time.perf_counter() - t0, 2)))
+        rows.append(
+            dict(seed=seed, rule=rule, gain=got['accuracy'] - base['accuracy'], worse_than_seed=got['accuracy']
+                 < base['accuracy'] - 1e-9, harmful_points=got['harmful_points'],
+                 gain_by_budget={f'{x:g}': g
+                                 for x, g in by_budget.items()}, calls=calls, bins=bins, seed_accuracy=base['accuracy'],
+                 delivered_accuracy=got['accuracy'], wall_s=round(time.perf_counter() - t0, 2)))
     runner.log.close()
     return rows
 
@@ -213,19 +239,28 @@ def rule_summary(runs:list[dict], oracle:dict[int, float]|None) -> dict:
     "One rule in one cell, over its world seeds."
     gains = [r['gain'] for r in runs]
     regret = mean_ci([oracle[r['seed']] - r['gain'] for r in runs]) if oracle else dict(mean=None, ci=None)
-    out = dict(gain=mean_ci(gains), p_worse_than_seed=sum(r['worse_than_seed'] for r in runs) / len(runs),
-               harmful_points=sum(r['harmful_points'] for r in runs) / len(runs),
-               regret=regret['mean'], regret_ci=regret['ci'],
-               calls={k: sum(r['calls'][k] for r in runs) / len(runs) for k in ('agent', 'judge', 'evolver')},
-               gain_by_budget={x: sum(r['gain_by_budget'][x] for r in runs) / len(runs) for x in runs[0]['gain_by_budget']},
-               wall_s=sum(r['wall_s'] for r in runs),
-               runs=[dict(seed=r['seed'], gain=r['gain'], worse_than_seed=r['worse_than_seed'], harmful_points=r['harmful_points'],
-                          gain_by_budget=r['gain_by_budget'], calls=r['calls'], wall_s=r['wall_s']) for r in runs])
+    out = dict(
+        gain=mean_ci(gains), p_worse_than_seed=sum(r['worse_than_seed'] for r in runs) / len(runs),
+        harmful_points=sum(r['harmful_points']
+                           for r in runs) / len(runs), regret=regret['mean'], regret_ci=regret['ci'],
+        calls={k: sum(r['calls'][k] for r in runs) / len(runs)
+               for k in ('agent', 'judge', 'evolver')},
+        gain_by_budget={x: sum(r['gain_by_budget'][x] for r in runs) / len(runs)
+                        for x in runs[0]['gain_by_budget']}, wall_s=sum(r['wall_s'] for r in runs), runs=[
+                            dict(seed=r['seed'], gain=r['gain'], worse_than_seed=r['worse_than_seed'],
+                                 harmful_points=r['harmful_points'], gain_by_budget=r['gain_by_budget'],
+                                 calls=r['calls'], wall_s=r['wall_s']) for r in runs
+                        ])
     bins = [r['bins'] for r in runs if r['bins']]
-    if bins: out['acceptance_by_effect'] = {b: share_of(sum(x[b]['delivered'] for x in bins), sum(x[b]['gated'] for x in bins)) for b in bins[0]}
+    if bins:
+        out['acceptance_by_effect'] = {
+            b: share_of(sum(x[b]['delivered'] for x in bins), sum(x[b]['gated'] for x in bins))
+            for b in bins[0]
+        }
     return out
 
-def share_of(part:int, whole:int) -> dict: return dict(delivered=part, gated=whole, rate=part / whole if whole else None)
+def share_of(part: int, whole: int) -> dict:
+    return dict(delivered=part, gated=whole, rate=part / whole if whole else None)
 
 def verdict(rules:dict) -> dict:
     "The gate against the other practical rules of a cell (not the oracle), decidable on ties: gain at least theirs, risk at most theirs."
@@ -233,10 +268,12 @@ def verdict(rules:dict) -> dict:
     if 'gate' not in rules or not others: return dict(compared=False)
     g = rules['gate']
     best = max(others, key=lambda r: others[r]['gain']['mean'])
-    return dict(compared=True, best_other=best, gain_at_least_best_other=g['gain']['mean'] >= others[best]['gain']['mean'],
-                risk_at_most_every_other=all(g['p_worse_than_seed'] <= v['p_worse_than_seed'] for v in others.values()),
-                harm_at_most_every_other=all(g['harmful_points'] <= v['harmful_points'] for v in others.values()),
-                share_of_oracle=g['gain']['mean'] / rules['oracle']['gain']['mean'] if rules.get('oracle', {}).get('gain', {}).get('mean') else None)
+    return dict(
+        compared=True, best_other=best, gain_at_least_best_other=g['gain']['mean'] >= others[best]['gain']['mean'],
+        risk_at_most_every_other=all(g['p_worse_than_seed'] <= v['p_worse_than_seed'] for v in others.values()),
+        harm_at_most_every_other=all(g['harmful_points'] <= v['harmful_points']
+                                     for v in others.values()), share_of_oracle=g['gain']['mean'] /
+        rules['oracle']['gain']['mean'] if rules.get('oracle', {}).get('gain', {}).get('mean') else None)
 
 def cell_summary(cell:CellSpec, seeds, rows:list[dict]) -> dict:
     "A cell of loop.json: its world, budget, seeds, per-rule summaries and the gate's verdict."
@@ -274,43 +311,59 @@ def _job(args) -> list[dict]:
     "One (world, seed) of the grid in a worker process: a fresh interpreter with no event loop, so it owns one."
     with asyncio.Runner() as loop: return loop.run(run_job(*args))
 
-async def run_grid(worlds:list[dict], # world specs: make_world arguments without the seed
-                   rules=BENCH_RULES, # rules to compare, names of BENCH_RULES
-                   budget=4000, # hard budget of calls per training run: a number, or a function world spec -> calls
-                   seeds=(0, 1), # world seeds of every cell
-                   processes:int=1, # worker processes (1: in this process); results are the same either way
-                   settings:BenchSettings|None=None, # the runs' settings
-                   workdir:str|Path|None=None, # where worlds and workspaces go (None: a temporary folder, removed afterwards)
-                   verbose:bool=True # one line per finished (world, seed)
-                  ) -> dict:
+async def run_grid(
+    worlds: list[dict],  # world specs: make_world arguments without the seed
+    rules=BENCH_RULES,  # rules to compare, names of BENCH_RULES
+    budget=4000,  # hard budget of calls per training run: a number, or a function world spec -> calls
+    seeds=(0, 1),  # world seeds of every cell
+    processes: int = 1,  # worker processes (1: in this process); results are the same either way
+    settings: BenchSettings | None = None,  # the runs' settings
+    workdir: str | Path | None = None,  # where worlds and workspaces go (None: a temporary folder, removed afterwards)
+    verbose: bool = True  # one line per finished (world, seed)
+) -> dict:
     "Train every rule on every (world, seed) at the cell's budget; the truth-scored summary in loop.json's shape (finished jobs in `workdir` are reused)."
     settings, t0 = settings or BenchSettings(), time.perf_counter()
     if bad := [r for r in rules if r not in BENCH_RULES and r not in ABLATIONS]:
-        raise ConfigError(where(f'unknown benchmark rules {bad}', f'Use some of {BENCH_RULES} or the ablations {tuple(ABLATIONS)}', field='rules'))
+        raise ConfigError(
+            where(f'unknown benchmark rules {bad}', f'Use some of {BENCH_RULES} or the ablations {tuple(ABLATIONS)}',
+                  field='rules'))
     cells = grid_cells(worlds, budget)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-grid-'))
     keys = [(i, s) for s in seeds for i in range(len(cells))]  # seed by seed: an interrupted grid has whole seeds done
-    jobs = {(i, s): (cells[i].world, s, tuple(rules), cells[i].budget, settings, str(work/f'cell{i}')) for i, s in keys}
-    say = (lambda k, rows: print(f'cell {k[0]} seed {k[1]}: ' + ', '.join(f"{r['rule']} {r['gain']:+.2f}" for r in rows), flush=True)) if verbose else (lambda *_: None)
+    jobs = {(i, s): (cells[i].world, s, tuple(rules), cells[i].budget, settings, str(work / f'cell{i}'))
+            for i, s in keys}
+    say = (
+        lambda k, rows: print(f'cell {k[0]} seed {k[1]}: ' + ', '.join(f"{r['rule']} {r['gain']:+.2f}"
+                                                                       for r in rows), flush=True)) if verbose else (
+                                                                           lambda *_: None)
     results = {}
     try:
         if processes <= 1:
-            for k in keys: results[k] = await run_job(*jobs[k]); say(k, results[k])
+            for k in keys:
+                results[k] = await run_job(*jobs[k])
+                say(k, results[k])
         else:
-            with single_threaded_polars(), cf.ProcessPoolExecutor(processes, mp_context=mp.get_context('spawn')) as pool:
+            with single_threaded_polars(), cf.ProcessPoolExecutor(processes,
+                                                                  mp_context=mp.get_context('spawn')) as pool:
                 futs = {k: asyncio.wrap_future(pool.submit(_job, jobs[k])) for k in keys}
-                for k, f in futs.items(): results[k] = await f; say(k, results[k])
+                for k, f in futs.items():
+                    results[k] = await f
+                    say(k, results[k])
     finally:
         if workdir is None: shutil.rmtree(work, ignore_errors=True)
     out = [cell_summary(c, seeds, [r for s in seeds for r in results[(i, s)]]) for i, c in enumerate(cells)]
-    return dict(cells=out, rules={r: RULE_DESCRIPTIONS[r] for r in rules}, settings=asdict(settings), wall_s=round(time.perf_counter() - t0, 1),
-                units=dict(gain='accuracy points on the test pool, exact expectation (sim.true_accuracy)', budget='model calls of every role per run',
-                           ci='95% t interval over world seeds (clustered by world seed)'))
+    return dict(
+        cells=out, rules={r: RULE_DESCRIPTIONS[r]
+                          for r in rules}, settings=asdict(settings), wall_s=round(time.perf_counter() - t0, 1),
+        units=dict(gain='accuracy points on the test pool, exact expectation (sim.true_accuracy)',
+                   budget='model calls of every role per run',
+                   ci='95% t interval over world seeds (clustered by world seed)'))
 
 # %% ../nbs/17b_loop_bench.ipynb #86833076
 MIXTURES, NOISE = ('balanced', 'mature', 'rich'), (0.15, 0.30)
 GRID_TYPES = {'Counting Problem': 2, 'OCR Problems': 2}
-VIDEOS_FOR_UNITS = {60: 50, 300: 250} # validation units per gated type -> videos (2 questions a type a video, 60% of videos validate)
+VIDEOS_FOR_UNITS = {60: 50, 300: 250
+                    }  # validation units per gated type -> videos (2 questions a type a video, 60% of videos validate)
 
 def realistic_world(effects:str='balanced', flip_rate:float=0.2, val_units:int=60) -> dict:
     "The make_world arguments of one realistic world family."
@@ -322,12 +375,14 @@ def cell_budget(world:dict) -> int:
     units = next(u for u, v in VIDEOS_FOR_UNITS.items() if v == world['n_videos'])
     return 10 * units
 
-def full_grid() -> list[dict]: return [realistic_world(m, f, u) for m in MIXTURES for f in NOISE for u in VIDEOS_FOR_UNITS]
+def full_grid() -> list[dict]:
+    return [realistic_world(m, f, u) for m in MIXTURES for f in NOISE for u in VIDEOS_FOR_UNITS]
 def reduced_grid() -> list[dict]: return [realistic_world('balanced', 0.2, 60)]
 
 # %% ../nbs/17b_loop_bench.ipynb #711dbd1a
 def _cell_title(c:dict) -> str:
-    w = c['world']; r = w.get('realism', {})
+    w = c['world']
+    r = w.get('realism', {})
     return f"{r.get('effects', w.get('profile'))}, flips {r.get('flip_rate', '-')}, {w['n_videos']} videos, budget {c['budget']}"
 
 def plot_frontier(summary:dict) -> Figure:
@@ -339,10 +394,15 @@ def plot_frontier(summary:dict) -> Figure:
         for ax, c in zip(axes, cells):
             for rule, v in c['rules'].items():
                 g = v['gain']
-                ax.errorbar(v['p_worse_than_seed'], g['mean'], yerr=[[g['mean'] - g['ci'][0]], [g['ci'][1] - g['mean']]], fmt='o',
-                            color=RULE_COLORS.get(rule, '#888888'), label=RULE_LABELS.get(rule, rule), ms=4, capsize=2, lw=0.8)
-            ax.axhline(0, color='#444444', lw=0.6); ax.set_xlim(-0.05, 1.05)
-            ax.set_xlabel('P(delivered worse than seed)'); ax.set_ylabel('true test gain (points)'); ax.set_title(_cell_title(c), fontsize=7)
+                ax.errorbar(v['p_worse_than_seed'], g['mean'], yerr=[[g['mean'] - g['ci'][0]],
+                                                                     [g['ci'][1] - g['mean']]], fmt='o',
+                            color=RULE_COLORS.get(rule, '#888888'), label=RULE_LABELS.get(rule, rule), ms=4, capsize=2,
+                            lw=0.8)
+            ax.axhline(0, color='#444444', lw=0.6)
+            ax.set_xlim(-0.05, 1.05)
+            ax.set_xlabel('P(delivered worse than seed)')
+            ax.set_ylabel('true test gain (points)')
+            ax.set_title(_cell_title(c), fontsize=7)
         for ax in axes[len(cells):]: ax.axis('off')
         axes[0].legend(fontsize=5, loc='best')
         return report.finish_figure(fig)
@@ -356,9 +416,11 @@ def plot_budget(summary:dict) -> Figure:
         for ax, c in zip(axes, cells):
             for rule, v in c['rules'].items():
                 xs = sorted(v['gain_by_budget'], key=float)
-                ax.plot([float(x) * c['budget'] for x in xs], [v['gain_by_budget'][x] for x in xs], marker='o', ms=3, lw=1,
-                        color=RULE_COLORS.get(rule, '#888888'), label=RULE_LABELS.get(rule, rule))
-            ax.axhline(0, color='#444444', lw=0.6); ax.set_xlabel('budget (calls, all roles)'); ax.set_ylabel('true test gain (points)')
+                ax.plot([float(x) * c['budget'] for x in xs], [v['gain_by_budget'][x] for x in xs], marker='o', ms=3,
+                        lw=1, color=RULE_COLORS.get(rule, '#888888'), label=RULE_LABELS.get(rule, rule))
+            ax.axhline(0, color='#444444', lw=0.6)
+            ax.set_xlabel('budget (calls, all roles)')
+            ax.set_ylabel('true test gain (points)')
             ax.set_title(_cell_title(c), fontsize=7)
         for ax in axes[len(cells):]: ax.axis('off')
         axes[0].legend(fontsize=5, loc='best')
@@ -366,10 +428,13 @@ def plot_budget(summary:dict) -> Figure:
 
 def loop_table(summary:dict) -> pl.DataFrame:
     "One row per (cell, rule): gain and interval, P(worse than seed), harm shipped, regret, calls."
-    rows = [dict(cell=i, world=_cell_title(c), rule=rule, gain=v['gain']['mean'], gain_lo=v['gain']['ci'][0], gain_hi=v['gain']['ci'][1],
-                 p_worse_than_seed=v['p_worse_than_seed'], harmful_points=v['harmful_points'],
-                 regret=v['regret'], **{f'{k}_calls': n for k, n in v['calls'].items()})
-            for i, c in enumerate(summary['cells']) for rule, v in c['rules'].items()]
+    rows = [
+        dict(cell=i, world=_cell_title(c), rule=rule, gain=v['gain']['mean'], gain_lo=v['gain']['ci'][0],
+             gain_hi=v['gain']['ci'][1], p_worse_than_seed=v['p_worse_than_seed'], harmful_points=v['harmful_points'],
+             regret=v['regret'], **{f'{k}_calls': n
+                                    for k, n in v['calls'].items()}) for i, c in enumerate(summary['cells'])
+        for rule, v in c['rules'].items()
+    ]
     return pl.DataFrame(rows).with_columns(pl.col(pl.Float64).round(3))
 
 def write_loop_bench(summary:dict, out:str|Path # the JSON file; relative paths resolve from the project root
@@ -383,5 +448,12 @@ def write_loop_bench(summary:dict, out:str|Path # the JSON file; relative paths 
 
 def show_loop_bench(summary:dict):
     "Display the table and the figures inline."
-    verdicts = pl.DataFrame([dict(cell=i, world=_cell_title(c), **{k: str(v) for k, v in c['verdict'].items()}) for i, c in enumerate(summary['cells'])])
-    report.show_report({'table': loop_table(summary), 'verdict': verdicts, 'frontier': plot_frontier(summary), 'budget': plot_budget(summary)}, 'loop benchmark')
+    verdicts = pl.DataFrame([
+        dict(cell=i, world=_cell_title(c), **{k: str(v)
+                                              for k, v in c['verdict'].items()}) for i, c in enumerate(summary['cells'])
+    ])
+    report.show_report(
+        {
+            'table': loop_table(summary), 'verdict': verdicts, 'frontier': plot_frontier(summary),
+            'budget': plot_budget(summary)
+        }, 'loop benchmark')

@@ -77,21 +77,24 @@ MAGIC = {'pdf': b'%PDF-', 'png': b'\x89PNG\r\n\x1a\n', 'svg': b'<?xml'} # how ea
 
 def _check_format(fmt) -> str:
     if fmt not in FIGURE_FORMATS:
-        raise ConfigError(where(f'unknown figure format {fmt!r}', f'Use some of {", ".join(FIGURE_FORMATS)}', field='formats'))
+        raise ConfigError(
+            where(f'unknown figure format {fmt!r}', f'Use some of {", ".join(FIGURE_FORMATS)}', field='formats'))
     return fmt
 
 def freeze_layout(fig:Figure) -> Figure:
     "Run `fig`'s layout engine (if any) one last time and switch it off, so draws stop moving artists."
     engine = fig.get_layout_engine()
     if engine is not None and type(engine).__name__ != 'PlaceHolderLayoutEngine':
-        fig.draw_without_rendering(); fig.set_layout_engine('none')
+        fig.draw_without_rendering()
+        fig.set_layout_engine('none')
     return fig
 
 def figure_bytes(fig:Figure, # the figure to render
                  fmt:str, # one of FIGURE_FORMATS
                  dpi:int=FIGURE_DPI) -> bytes:
     "`fig` rendered as `fmt` with fixed metadata, so the same figure always gives the same bytes."
-    buf = io.BytesIO(); freeze_layout(fig)
+    buf = io.BytesIO()
+    freeze_layout(fig)
     with matplotlib.rc_context({'svg.hashsalt': SVG_HASH_SALT, 'pdf.fonttype': 42}):
         fig.savefig(buf, format=_check_format(fmt), dpi=dpi, metadata=FIXED_METADATA[fmt], bbox_inches='tight')
     return buf.getvalue()
@@ -100,8 +103,12 @@ def figure_bytes(fig:Figure, # the figure to render
 _NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]*')
 
 def _check_name(name) -> str:
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or '..' in name or name.endswith(tuple(f'.{f}' for f in FIGURE_FORMATS)):
-        raise ConfigError(where(f'bad figure name {name!r}', 'Give a plain file stem such as "e_values_step3" (letters, digits, _ . -; no folder, no extension)', field='name'))
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or '..' in name or name.endswith(
+            tuple(f'.{f}' for f in FIGURE_FORMATS)):
+        raise ConfigError(
+            where(f'bad figure name {name!r}',
+                  'Give a plain file stem such as "e_values_step3" (letters, digits, _ . -; no folder, no extension)',
+                  field='name'))
     return name
 
 def save_figure(fig:Figure, # the figure
@@ -115,21 +122,26 @@ def save_figure(fig:Figure, # the figure
     return {f: atomic_write_bytes(Path(out_dir)/f'{name}.{f}', figure_bytes(fig, f, dpi)) for f in fmts}
 
 # %% ../nbs/16_report.ipynb #850e40ed
-GATE_COLUMNS = ('gate_id', 'task_type', 'decision', 'w', 'l', 'n_used', 'e_value', 'e_value_harm', 'delta_hat', 'delta_shrunk')
+GATE_COLUMNS = ('gate_id', 'task_type', 'decision', 'w', 'l', 'n_used', 'e_value', 'e_value_harm', 'delta_hat',
+                'delta_shrunk')
 
 def _gate_evidence(log:HarnessLog, run_id:str, gate_id:str|None) -> pl.DataFrame:
     "gate_evidence rows of one run (and gate), in ladder order per task type; an error when a named gate has none."
     ev = log.frame('gate_evidence', run_id, **({} if gate_id is None else {'gate_id': gate_id}))
     if ev.height == 0 and gate_id is not None:
-        known = log.query('SELECT DISTINCT gate_id FROM gate_evidence WHERE run_id = ? ORDER BY gate_id', (run_id,))['gate_id'].to_list()
-        raise ConfigError(where('no gate evidence for this gate', f'Known gates of this run: {known or "none"}', run_id=run_id, gate_id=gate_id))
+        known = log.query('SELECT DISTINCT gate_id FROM gate_evidence WHERE run_id = ? ORDER BY gate_id',
+                          (run_id, ))['gate_id'].to_list()
+        raise ConfigError(
+            where('no gate evidence for this gate', f'Known gates of this run: {known or "none"}', run_id=run_id,
+                  gate_id=gate_id))
     return ev.sort('gate_id', 'task_type', 'rank')
 
 def _final_states(ev:pl.DataFrame) -> pl.DataFrame:
     "The last consumed unit's counts per (gate, task type), with its last non-excluded decision."
     real = pl.col('decision').filter(pl.col('decision') != 'excluded_infra')
     return ev.group_by('gate_id', 'task_type', maintain_order=True).agg(
-        real.last().fill_null('excluded_infra').alias('decision'), *[pl.col(c).last() for c in ('w', 'l', 'n_used', 'e_value', 'e_value_harm')],
+        real.last().fill_null('excluded_infra').alias('decision'),
+        *[pl.col(c).last() for c in ('w', 'l', 'n_used', 'e_value', 'e_value_harm')],
         pl.col('created_at').min().alias('started'))
 
 # %% ../nbs/16_report.ipynb #e9d7939b
@@ -144,8 +156,9 @@ def shadow_columns(log:HarnessLog, run_id:str, gate_id:str|None=None) -> pl.Data
 def _gate_frame(states:pl.DataFrame, tau:float) -> pl.DataFrame:
     "Final states with δ̂ and δ shrunk added."
     rows = states.select('w', 'l', 'n_used').rows()
-    return states.with_columns(delta_hat=pl.Series([(w - l)/n if n else 0.0 for w, l, n in rows], dtype=pl.Float64),
-                               delta_shrunk=pl.Series([shrunk_delta(w, l, n, tau) for w, l, n in rows], dtype=pl.Float64))
+    return states.with_columns(
+        delta_hat=pl.Series([(w - l) / n if n else 0.0 for w, l, n in rows], dtype=pl.Float64),
+        delta_shrunk=pl.Series([shrunk_delta(w, l, n, tau) for w, l, n in rows], dtype=pl.Float64))
 
 def gate_table(log:HarnessLog, # the harness log
                run_id:str, # the training run the gates belong to
@@ -155,42 +168,50 @@ def gate_table(log:HarnessLog, # the harness log
     "One row per gated task type per gate: decision, W, L, n used, e-values, δ̂, δ shrunk and the shadow decisions."
     states = _gate_frame(_final_states(_gate_evidence(log, run_id, gate_id)), tau)
     out = states.join(shadow_columns(log, run_id, gate_id), on=['gate_id', 'task_type'], how='full', coalesce=True)
-    out = out.sort(pl.col('started').min().over('gate_id'), 'gate_id', pl.col('delta_shrunk').fill_null(-math.inf), descending=[False, False, True])
+    out = out.sort(
+        pl.col('started').min().over('gate_id'), 'gate_id',
+        pl.col('delta_shrunk').fill_null(-math.inf), descending=[False, False, True])
     return out.select(*GATE_COLUMNS, pl.col('^shadow_.*$'))
 
 # %% ../nbs/16_report.ipynb #00d3f95a
 def e_value_trajectories(log:HarnessLog, run_id:str, gate_id:str) -> pl.DataFrame:
     "One row per consumed unit of each task type of a gate: running W, L, n used, E⁺, E⁻ and the decision."
     ev = _gate_evidence(log, run_id, gate_id).with_columns(step=pl.int_range(1, pl.len() + 1).over('task_type'))
-    return ev.select('gate_id', 'task_type', 'step', 'rank', 'unit_id', 'base_correct', 'cand_correct', 'w', 'l', 'n_used',
-                     'e_value', 'e_value_harm', 'decision')
+    return ev.select('gate_id', 'task_type', 'step', 'rank', 'unit_id', 'base_correct', 'cand_correct', 'w', 'l',
+                     'n_used', 'e_value', 'e_value_harm', 'decision')
 
 # %% ../nbs/16_report.ipynb #77aa013a
 def decision_handles(decisions) -> list[Line2D]:
     "Legend handles: one coloured dot per distinct decision, in first-seen order."
     return [Line2D([], [], ls='', marker='o', color=decision_color(d), label=d) for d in dict.fromkeys(decisions)]
 
-def plot_e_values(traj:pl.DataFrame, # from `e_value_trajectories`
-                  alpha:float=0.05, # the gate's alpha: confirmation needs E⁺ >= 1/alpha
-                  title:str|None=None,
-                  thresholds:dict|None=None # task type -> the confirming level its gate used (cap-calibrated); None: 1/alpha
-                 ) -> Figure:
+def plot_e_values(
+    traj: pl.DataFrame,  # from `e_value_trajectories`
+    alpha: float = 0.05,  # the gate's alpha: confirmation needs E⁺ >= 1/alpha
+    title: str | None = None,
+    thresholds: dict | None = None  # task type -> the confirming level its gate used (cap-calibrated); None: 1/alpha
+) -> Figure:
     "E⁺ against units used, per task type, on a log scale with the confirming level(s) and the final decisions."
     colors, finals = type_colors(traj['task_type']), []
     with paper_style():
         fig, ax = new_figure()
-        for (tt,), g in traj.filter(pl.col('e_value').is_not_null()).group_by('task_type', maintain_order=True):
+        for (tt, ), g in traj.filter(pl.col('e_value').is_not_null()).group_by('task_type', maintain_order=True):
             ax.plot(g['n_used'], g['e_value'], color=colors[tt], label=tt, marker='.', ms=3)
-            last = g.row(-1, named=True); finals.append(last['decision'])
-            ax.scatter([last['n_used']], [last['e_value']], s=36, color=decision_color(last['decision']), edgecolor='k', lw=0.5, zorder=3)
+            last = g.row(-1, named=True)
+            finals.append(last['decision'])
+            ax.scatter([last['n_used']], [last['e_value']], s=36, color=decision_color(last['decision']), edgecolor='k',
+                       lw=0.5, zorder=3)
         levels = {tt: c for tt, c in (thresholds or {}).items() if tt in colors}
-        for tt, level in levels.items(): ax.axhline(level, color=colors[tt], ls='--', lw=0.8, label=f'confirm at {level:.3g}')
-        if not levels: ax.axhline(1/alpha, color='k', ls='--', lw=0.8, label=f'1/α = {1/alpha:g}')
-        top = max(levels.values(), default=1/alpha)
-        ax.set_yscale('log'); ax.set_ylim(top=max(ax.get_ylim()[1], 2*top))  # the confirming line never sits on the frame
+        for tt, level in levels.items():
+            ax.axhline(level, color=colors[tt], ls='--', lw=0.8, label=f'confirm at {level:.3g}')
+        if not levels: ax.axhline(1 / alpha, color='k', ls='--', lw=0.8, label=f'1/α = {1/alpha:g}')
+        top = max(levels.values(), default=1 / alpha)
+        ax.set_yscale('log')
+        ax.set_ylim(top=max(ax.get_ylim()[1], 2 * top))  # the confirming line never sits on the frame
         ax.set(xlabel='units used (ladder order)', ylabel='E⁺ (log scale)', title=title or 'Gate evidence')
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.add_artist(ax.legend(handles=decision_handles(finals), loc='lower left', bbox_to_anchor=(1.01, 0), title='decision'))
+        ax.add_artist(
+            ax.legend(handles=decision_handles(finals), loc='lower left', bbox_to_anchor=(1.01, 0), title='decision'))
         ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1))
         return finish_figure(fig)
 
@@ -206,9 +227,15 @@ def _calls(log:HarnessLog, run_id) -> pl.DataFrame:
 def _cost_aggs() -> list:
     tokens = pl.col('prompt_tokens').fill_null(0) + pl.col('completion_tokens').fill_null(0)
     failed = (pl.col('status').is_not_null() & ~pl.col('status').is_in(OK_STATUSES)) | pl.col('error').is_not_null()
-    return [pl.len().alias('calls'), pl.col('prompt_tokens').fill_null(0).sum(), pl.col('completion_tokens').fill_null(0).sum(),
-            tokens.sum().alias('tokens'), pl.col('cost').fill_null(0.0).sum(), pl.col('cache_hit').fill_null(False).sum().alias('cache_hits'),
-            failed.sum().alias('errors')]
+    return [
+        pl.len().alias('calls'),
+        pl.col('prompt_tokens').fill_null(0).sum(),
+        pl.col('completion_tokens').fill_null(0).sum(),
+        tokens.sum().alias('tokens'),
+        pl.col('cost').fill_null(0.0).sum(),
+        pl.col('cache_hit').fill_null(False).sum().alias('cache_hits'),
+        failed.sum().alias('errors')
+    ]
 
 def cost_table(log:HarnessLog, # the harness log
                run_id:str|list|None=None # a run, several runs, or None for all calls
@@ -216,7 +243,9 @@ def cost_table(log:HarnessLog, # the harness log
     "Model calls per role: calls, prompt/completion/total tokens, cost, cache hits, errors; last row `ALL`."
     calls = _calls(log, run_id).with_columns(pl.col('role').fill_null('unknown'))
     by_role = calls.group_by('role').agg(_cost_aggs())
-    order = pl.col('role').replace_strict({r: i for i, r in enumerate(ROLE_ORDER)}, default=len(ROLE_ORDER), return_dtype=pl.Int64)
+    order = pl.col('role').replace_strict({r: i
+                                           for i, r in enumerate(ROLE_ORDER)}, default=len(ROLE_ORDER),
+                                          return_dtype=pl.Int64)
     total = calls.select(pl.lit('ALL').alias('role'), *_cost_aggs())
     return pl.concat([by_role.sort(order, 'role'), total.cast(by_role.schema)])
 
@@ -252,13 +281,18 @@ def pool_frame(questions # list of Question, or a frame with question_id, video_
     "The question pool as a frame of question_id, video_id, task_type."
     if not isinstance(questions, pl.DataFrame): questions = questions_frame(list(questions))
     if missing := [c for c in ('question_id', 'video_id', 'task_type') if c not in questions.columns]:
-        raise ConfigError(where(f'question frame lacks columns {missing}', 'Pass Question objects or a frame with question_id, video_id and task_type', field='questions'))
-    return questions.select('question_id', 'video_id', 'task_type').unique('question_id', keep='first', maintain_order=True)
+        raise ConfigError(
+            where(f'question frame lacks columns {missing}',
+                  'Pass Question objects or a frame with question_id, video_id and task_type', field='questions'))
+    return questions.select('question_id', 'video_id', 'task_type').unique('question_id', keep='first',
+                                                                           maintain_order=True)
 
 def run_correct(log:HarnessLog, run_id:str) -> pl.DataFrame:
     "question_id and correct (missing = wrong) of `run_id`; an error when the run has no predictions."
     p = log.predictions(run_id)
-    if p.height == 0: raise ConfigError(where(f'run {run_id!r} has no predictions', 'Check the run id (see HarnessLog.runs())', run_id=run_id))
+    if p.height == 0:
+        raise ConfigError(
+            where(f'run {run_id!r} has no predictions', 'Check the run id (see HarnessLog.runs())', run_id=run_id))
     return p.select('question_id', pl.col('correct').fill_null(False))
 
 # %% ../nbs/16_report.ipynb #a5894696
@@ -288,8 +322,9 @@ def _paired_row(task_type:str, g:pl.DataFrame, level:float) -> dict:
     w, l = flip_counts(zip(a, b))
     d = clustered_mean(b.astype(float) - a.astype(float), g['video_id'].to_list(), level, bounds=(-1.0, 1.0))
     return dict(task_type=task_type, n=g.height, n_videos=d.n_clusters, acc_a=float(a.mean()), acc_b=float(b.mean()),
-                delta=d.mean, delta_low=d.low, delta_high=d.high, w=w, l=l, p_mcnemar=float(mcnemar_exact_one_sided(w, l)),
-                e_value=float(e_value_plus(w, l)), e_value_harm=float(e_value_minus(w, l)))
+                delta=d.mean, delta_low=d.low, delta_high=d.high, w=w, l=l,
+                p_mcnemar=float(mcnemar_exact_one_sided(w, l)), e_value=float(e_value_plus(w, l)),
+                e_value_harm=float(e_value_minus(w, l)))
 
 def paired_comparison(log:HarnessLog, # the harness log
                       run_a:str, # the reference run (e.g. the baseline)
@@ -302,7 +337,9 @@ def paired_comparison(log:HarnessLog, # the harness log
     paired = pool.join(run_correct(log, run_a).rename({'correct': 'a'}), on='question_id').join(
         run_correct(log, run_b).rename({'correct': 'b'}), on='question_id')
     if paired.height == 0:
-        raise ConfigError(where('the two runs share no question of the pool', 'Compare runs evaluated on the same pool', run_a=run_a, run_b=run_b))
+        raise ConfigError(
+            where('the two runs share no question of the pool', 'Compare runs evaluated on the same pool', run_a=run_a,
+                  run_b=run_b))
     return _by_type(paired, lambda tt, g: _paired_row(tt, g, level))
 
 # %% ../nbs/16_report.ipynb #e533938d
@@ -323,8 +360,10 @@ def plot_before_after(ba:pl.DataFrame, # from `before_after`
         for off, arm, color, label in ((0.15, 'before', '#9e9e9e', labels[0]), (-0.15, 'after', '#1f4e79', labels[1])):
             acc, lo, hi = (ba[f'{c}_{arm}'].to_numpy().astype(float) for c in ('accuracy', 'ci_low', 'ci_high'))
             ax.errorbar(acc, y + off, xerr=[acc - lo, hi - acc], fmt='o', color=color, label=label, capsize=2, lw=1)
-        ax.set_yticks(y, ba['task_type'].to_list()); ax.set_xlim(0, 1)
-        ax.set(xlabel='accuracy (95% interval clustered by video)', title=title or 'Accuracy by task type'); ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1))
+        ax.set_yticks(y, ba['task_type'].to_list())
+        ax.set_xlim(0, 1)
+        ax.set(xlabel='accuracy (95% interval clustered by video)', title=title or 'Accuracy by task type')
+        ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1))
         return finish_figure(fig)
 
 # %% ../nbs/16_report.ipynb #c3bddf9b
@@ -332,7 +371,8 @@ def decision_timeline(log:HarnessLog, run_id:str, tau:float=0.05) -> pl.DataFram
     "Every gate decision of `run_id` in order: step (gate number), gate id, task type, decision, W, L, n used, δ shrunk."
     gt = gate_table(log, run_id, tau=tau).filter(pl.col('decision').is_not_null())
     steps = gt.select('gate_id').unique(maintain_order=True).with_row_index('step', offset=1)
-    return gt.join(steps, on='gate_id', maintain_order='left').select(pl.col('step').cast(pl.Int64), 'gate_id', 'task_type', 'decision', 'w', 'l', 'n_used', 'delta_shrunk')
+    return gt.join(steps, on='gate_id', maintain_order='left').select(
+        pl.col('step').cast(pl.Int64), 'gate_id', 'task_type', 'decision', 'w', 'l', 'n_used', 'delta_shrunk')
 
 def plot_decision_timeline(timeline:pl.DataFrame, title:str|None=None) -> Figure:
     "Decisions per gate (x) and task type (y), coloured by decision."
@@ -341,11 +381,13 @@ def plot_decision_timeline(timeline:pl.DataFrame, title:str|None=None) -> Figure
         fig, ax = new_figure(5.5, 0.35*max(len(types), 1) + 1.4)
         ax.scatter(timeline['step'], [types.index(t) for t in timeline['task_type']], s=50,
                    c=[decision_color(d) for d in timeline['decision']], edgecolor='k', lw=0.4)
-        ax.set_yticks(range(len(types)), types); ax.set_ylim(-0.6, len(types) - 0.4)
+        ax.set_yticks(range(len(types)), types)
+        ax.set_ylim(-0.6, len(types) - 0.4)
         ax.set(xlabel='gate (training step)', title=title or 'Gate decisions')
         if timeline.height: ax.set_xticks(sorted(timeline['step'].unique().to_list()))
         else: ax.text(0.5, 0.5, 'no gates yet', ha='center', va='center', transform=ax.transAxes)
-        ax.legend(handles=decision_handles(sorted(timeline['decision'].unique().to_list())), loc='upper left', bbox_to_anchor=(1.01, 1))
+        ax.legend(handles=decision_handles(sorted(timeline['decision'].unique().to_list())), loc='upper left',
+                  bbox_to_anchor=(1.01, 1))
         return finish_figure(fig)
 
 # %% ../nbs/16_report.ipynb #3380a0e7
@@ -355,9 +397,12 @@ def epoch_frame(epochs) -> pl.DataFrame:
     "Epoch metrics checked and sorted, with `best_accuracy` (running max of R) added when missing."
     epochs = epochs if isinstance(epochs, pl.DataFrame) else pl.DataFrame(epochs)
     if missing := [c for c in EPOCH_COLUMNS if c not in epochs.columns]:
-        raise ConfigError(where(f'epoch metrics lack columns {missing}', f'Give one row per epoch with {", ".join(EPOCH_COLUMNS)}', field='epochs'))
+        raise ConfigError(
+            where(f'epoch metrics lack columns {missing}', f'Give one row per epoch with {", ".join(EPOCH_COLUMNS)}',
+                  field='epochs'))
     epochs = epochs.sort('epoch')
-    if 'best_accuracy' not in epochs.columns: epochs = epochs.with_columns(best_accuracy=pl.col('validation_accuracy').cum_max())
+    if 'best_accuracy' not in epochs.columns:
+        epochs = epochs.with_columns(best_accuracy=pl.col('validation_accuracy').cum_max())
     return epochs
 
 def plot_accuracy_curves(epochs:pl.DataFrame, title:str|None=None) -> Figure:
@@ -368,7 +413,9 @@ def plot_accuracy_curves(epochs:pl.DataFrame, title:str|None=None) -> Figure:
         ax.plot(e['epoch'], e['rollout_accuracy'], marker='o', color='#9e9e9e', label='rollout (mini-batches)')
         ax.plot(e['epoch'], e['validation_accuracy'], marker='o', color='#1f4e79', label='validation R')
         ax.step(e['epoch'], e['best_accuracy'], where='post', color='#1b7837', ls='--', label='best R')
-        ax.set_xticks(e['epoch'].to_list()); ax.set(xlabel='epoch', ylabel='accuracy', title=title or 'Accuracy over epochs'); ax.legend()
+        ax.set_xticks(e['epoch'].to_list())
+        ax.set(xlabel='epoch', ylabel='accuracy', title=title or 'Accuracy over epochs')
+        ax.legend()
         return finish_figure(fig)
 
 # %% ../nbs/16_report.ipynb #88f649d3
@@ -381,10 +428,12 @@ def step_report(log:HarnessLog, # the harness log
                 thresholds:dict|None=None # task type -> the confirming level its gate used; None: 1/alpha
                ) -> dict:
     "Gate table, e-value trajectory figure and cost so far for one training step."
-    return {'gate_table': gate_table(log, run_id, gate_id, tau),
-            'e_values': plot_e_values(e_value_trajectories(log, run_id, gate_id), alpha, title=f'Gate {gate_id}: evidence per task type',
-                                        thresholds=thresholds),
-            'cost': cost_table(log, cost_runs)}
+    return {
+        'gate_table': gate_table(log, run_id, gate_id, tau),
+        'e_values': plot_e_values(e_value_trajectories(log, run_id,
+                                                       gate_id), alpha, title=f'Gate {gate_id}: evidence per task type',
+                                  thresholds=thresholds), 'cost': cost_table(log, cost_runs)
+    }
 
 # %% ../nbs/16_report.ipynb #c57de2b4
 def epoch_report(log:HarnessLog, # the harness log
@@ -407,7 +456,8 @@ def epoch_report(log:HarnessLog, # the harness log
 def decision_counts(timeline:pl.DataFrame) -> pl.DataFrame:
     "How many gates ended in each decision, per task type (one column per decision) with a `total` column."
     if timeline.height == 0: return pl.DataFrame(schema={'task_type': pl.String, 'total': pl.UInt32})
-    counts = timeline.pivot(on='decision', index='task_type', values='step', aggregate_function='len', sort_columns=True).fill_null(0)
+    counts = timeline.pivot(on='decision', index='task_type', values='step', aggregate_function='len',
+                            sort_columns=True).fill_null(0)
     return counts.sort('task_type').with_columns(total=pl.sum_horizontal(pl.exclude('task_type')))
 
 def shadow_agreement(gates:pl.DataFrame # from `gate_table`
@@ -418,9 +468,13 @@ def shadow_agreement(gates:pl.DataFrame # from `gate_table`
     for col in [c for c in gates.columns if c.startswith('shadow_')]:
         d = gates.filter(pl.col(col).is_in(['accept', 'reject']) & pl.col('decision').is_not_null())
         agree = (d[col] == 'accept') == d.select(gate_acc).to_series()
-        rows.append(dict(rule=col.removeprefix('shadow_'), n_decided=d.height, shadow_accepts=int((d[col] == 'accept').sum()),
-                         gate_accepts=int(d.select(gate_acc).to_series().sum()), agreement=float(agree.mean()) if d.height else None))
-    return pl.DataFrame(rows, schema=dict(rule=pl.String, n_decided=pl.Int64, shadow_accepts=pl.Int64, gate_accepts=pl.Int64, agreement=pl.Float64))
+        rows.append(
+            dict(rule=col.removeprefix('shadow_'), n_decided=d.height, shadow_accepts=int(
+                (d[col] == 'accept').sum()), gate_accepts=int(d.select(gate_acc).to_series().sum()),
+                 agreement=float(agree.mean()) if d.height else None))
+    return pl.DataFrame(
+        rows, schema=dict(rule=pl.String, n_decided=pl.Int64, shadow_accepts=pl.Int64, gate_accepts=pl.Int64,
+                          agreement=pl.Float64))
 
 # %% ../nbs/16_report.ipynb #f3f19a1c
 def final_report(log:HarnessLog, # the harness log
@@ -432,8 +486,11 @@ def final_report(log:HarnessLog, # the harness log
                  level:float=0.95, tau:float=0.05, cost_runs:str|list|None=None) -> dict:
     "The epoch report on the test pool, plus the paired comparison, decision counts and shadow-rule agreement."
     rep = epoch_report(log, run_id, epochs, questions, baseline_run, final_run, level, tau, cost_runs)
-    return {**rep, 'paired_comparison': paired_comparison(log, baseline_run, final_run, questions, level),
-            'decision_counts': decision_counts(rep['decision_timeline']), 'shadow_agreement': shadow_agreement(gate_table(log, run_id, tau=tau))}
+    return {
+        **rep, 'paired_comparison': paired_comparison(log, baseline_run, final_run, questions, level),
+        'decision_counts': decision_counts(rep['decision_timeline']),
+        'shadow_agreement': shadow_agreement(gate_table(log, run_id, tau=tau))
+    }
 
 # %% ../nbs/16_report.ipynb #c1227be8
 INLINE_DPI = 120 # resolution of figures shown inline
@@ -454,13 +511,18 @@ def show_report(report:dict, # name -> DataFrame or Figure, e.g. from `step_repo
     if title: display(Markdown(f'### {title}'))
     for name, item in report.items():
         display(Markdown(f'**{name}**'))
-        if isinstance(item, Figure): display(Image(data=figure_bytes(item, 'png', INLINE_DPI), format='png')); _close(item)
-        else: display(item)
+        if isinstance(item, Figure):
+            display(Image(data=figure_bytes(item, 'png', INLINE_DPI), format='png'))
+            _close(item)
+        else:
+            display(item)
 
 def _print_report(report:dict, title:str|None):
     if title: print(title)
     for name, item in report.items():
-        if isinstance(item, pl.DataFrame): print(name); print(item)
+        if isinstance(item, pl.DataFrame):
+            print(name)
+            print(item)
 
 def _close(fig:Figure):
     "Close `fig` in pyplot if pyplot manages it (figures made here are not registered there)."
@@ -477,6 +539,10 @@ def save_report(report:dict, # name -> DataFrame or Figure
     for name, item in report.items():
         stem = _check_name(f'{prefix}{name}')
         if isinstance(item, Figure): out[name] = list(save_figure(item, stem, out_dir, formats).values())
-        elif isinstance(item, pl.DataFrame): out[name] = [atomic_write_text(Path(out_dir)/f'{stem}.csv', item.write_csv())]
-        else: raise ConfigError(where(f'report entry {name!r} is a {type(item).__name__}', 'A report holds polars DataFrames and matplotlib Figures', field=name))
+        elif isinstance(item, pl.DataFrame):
+            out[name] = [atomic_write_text(Path(out_dir) / f'{stem}.csv', item.write_csv())]
+        else:
+            raise ConfigError(
+                where(f'report entry {name!r} is a {type(item).__name__}',
+                      'A report holds polars DataFrames and matplotlib Figures', field=name))
     return out
