@@ -14,7 +14,8 @@ from .llm import LLMProvider, LLMResponse
 from .sim_video import reachable
 from .sim import expected_accuracy, load_world, world_path
 from .sim_agent import SimAgent
-from .skills import apply_edit, skill_file
+from .skills import skill_file
+from .edits import apply_edit
 from .log import HarnessLog
 from .inference import run_inference
 

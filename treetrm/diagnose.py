@@ -12,7 +12,8 @@ import polars as pl
 from .core import (ConfigError, DataError, InfraError, Slots, canonical_json, asset_dir, sha256_json,
                           stable_seed, where, check_count)
 from .data import ERROR_TYPES, Question, VideoTree, load_trees
-from .agent import INFRA_STOP_REASONS, CHARS_PER_TOKEN, view_node, search_hits, truncate_output, context_budget, estimate_tokens
+from .tools import view_node, search_hits
+from .agent import INFRA_STOP_REASONS, CHARS_PER_TOKEN, truncate_output, context_budget, estimate_tokens
 from .llm import LLMProvider, reply_json, json_schema_format
 from .skills import load_skill_dir, render_skill, route_skills
 from .log import HarnessLog
