@@ -76,9 +76,8 @@ def skills_sections(skills:dict[str, Skill], task_type:str|None, mode:str) -> li
     out = ['\n\n'.join(['# General strategy', *(s.body.strip() for s in always)])] if always else []
     if routed: out.append('\n\n'.join(['# Strategy for this question type', *(s.body.strip() for s in routed)]))
     if mode == 'manual':
-        out.append(
-            f'# Available strategies\n\nCall read_skill with one of these names to read its strategy.\n\n{route.catalogue}'
-        )
+        out.append('# Available strategies\n\nCall read_skill with one of these names to read its strategy.\n\n'
+                   f'{route.catalogue}')
     return out
 
 def system_message(prompts:AgentPrompts, skills:dict[str, Skill], task_type:str|None, mode:str='auto') -> str:
@@ -137,7 +136,7 @@ _NAMED = re.compile(
 def salvage_answer(text:str, # a reply that did not follow the protocol
                    letters:tuple=tuple('ABCD') # the question's option letters
                   ) -> str|None:
-    "The one option letter an unformatted reply names (`C. 4`, `(B)`, `The answer is D`, `{\"answer\": \"C\"}`), else None."
+    "The one option letter an unformatted reply names (`C. 4`, `(B)`, `{\"answer\": \"C\"}`), else None."
     obj = _reply_object_any(text)
     if isinstance(obj, dict):  # a JSON reply with an answer but no protocol action
         args = obj['action'].get('args') if isinstance(obj.get('action'), dict) else None
@@ -169,11 +168,9 @@ def tool_args_schemas(tools:AgentTools) -> dict[str, dict]:
     text = lambda n: {'type': 'string', 'maxLength': n}
     every = {
         'view_node': _args_schema({'node_id': _ids(tree.nodes), 'page': {'type': 'integer', 'minimum': 1}},
-                                  ['node_id']), 'search': _args_schema(
-                                      {
-                                          'query': {'type': 'string', 'minLength': 1, 'maxLength': 120},
-                                          'k': {'type': 'integer', 'minimum': 1, 'maximum': MAX_SEARCH_K}
-                                      }, ['query']),
+                                  ['node_id']),
+        'search': _args_schema({'query': {'type': 'string', 'minLength': 1, 'maxLength': 120},
+                                'k': {'type': 'integer', 'minimum': 1, 'maximum': MAX_SEARCH_K}}, ['query']),
         'observe_frame': _args_schema(
             {'node_ids': {'type': 'array', 'items': _ids(frames), 'minItems': 1, 'maxItems': MAX_OBSERVE_IDS}},
             ['node_ids']),
@@ -186,11 +183,10 @@ def tool_args_schemas(tools:AgentTools) -> dict[str, dict]:
     return {t: every[t] for t in tools.tool_names()}
 
 def agent_reply_format(
-    tools: AgentTools,  # the question's toolbox
-    only: tuple
-    | None = None  # the tools allowed (default: all of this mode's); the forced last turn allows submit_answer alone
+    tools:AgentTools, # the question's toolbox
+    only:tuple|None=None # allowed tools (default: all of the mode's); the forced last turn allows submit_answer
 ) -> dict:
-    "The `response_format` of the agent's replies: reflect, plan and an action that is one of the tools with its arguments."
+    "The `response_format` of the agent's replies: reflect, plan and an action, one of the tools with its arguments."
     letters = list(option_letters(tools.question) if tools.question else 'ABCD')
     reflect = {
         'type': 'object', 'properties': {
@@ -248,7 +244,7 @@ class AgentResult:
 # %% ../nbs/05_agent.ipynb #4d2dd076
 ITERATION_FACTOR = 3 # model turns allowed per budget step (tool errors and retries cost turns, not budget)
 MAX_PARSE_FAILURES = 3 # consecutive unparseable replies that end the loop
-CHARS_PER_TOKEN = 2.5  # a cautious characters-per-token estimate: JSON and node ids tokenize densely (SmolLM2 measured below 3)
+CHARS_PER_TOKEN = 2.5  # cautious characters per token: JSON and node ids tokenize densely (SmolLM2: below 3)
 MAX_OUTPUT_CHARS = 20_000 # cap on one tool output when the provider states no context budget
 DEFAULT_REPLY_TOKENS = 512 # reply room kept free when the provider sets no max_tokens
 
@@ -281,7 +277,7 @@ class _Run:
                                                                        int(self.prompt_tokens * CHARS_PER_TOKEN) // 4)
 
 def context_budget(provider:LLMProvider) -> int|None:
-    "Prompt tokens a conversation may use with `provider`: its `context_tokens` minus the reply's room; None without a budget."
+    "Prompt tokens a conversation may use: the provider's `context_tokens` less the reply's room; None without budget."
     ctx = getattr(provider, 'context_tokens', None)
     return None if not ctx else ctx - (getattr(provider, 'max_tokens', None) or DEFAULT_REPLY_TOKENS)
 
@@ -291,20 +287,19 @@ def estimate_tokens(messages:list[dict]) -> int:
 
 def truncate_output(text:str, n:int) -> str:
     "`text` cut to `n` characters with a visible marker saying how much was left out."
-    return text if len(
-        text
-    ) <= n else text[:n] + f'\n[truncated: {len(text) - n} more characters not shown; ask for less (a narrower node, a smaller k, the next page)]'
+    if len(text) <= n: return text
+    return text[:n] + (f'\n[truncated: {len(text) - n} more characters not shown; '
+                       'ask for less (a narrower node, a smaller k, the next page)]')
 
 _ELIDED = '[elided:'
 
 def _elide(m:dict) -> dict:
     head, _, body = m['content'].partition('\n')
-    return {
-        **m, 'content': f'{head}\n{_ELIDED} an older tool output of {len(body)} characters, removed to fit the context budget; call the tool again if you need it]'
-    }
+    return {**m, 'content': f'{head}\n{_ELIDED} an older tool output of {len(body)} characters, removed to fit the '
+                            'context budget; call the tool again if you need it]'}
 
 def _action_only(m:dict) -> dict:
-    "An old assistant reply cut to its action (reflect and plan dropped), so the conversation still shows what was called."
+    "An old assistant reply cut to its action (reflect and plan dropped): the conversation still shows what was called."
     parsed = parse_reply(m.get('content') or '')
     short = json.dumps({'action': {'tool': parsed.tool, 'args': parsed.args}},
                        ensure_ascii=False) if parsed else (m.get('content') or '')[:200]
@@ -334,7 +329,7 @@ def feedback(tool:str, output:str) -> str:
     return f'[tool result: {tool}]\n{output}'
 
 async def _ask(run:_Run, provider:LLMProvider, **kw) -> LLMResponse:
-    "One model call within the context budget; any failure ends the loop with stop reason 'error' (a spent call budget stops the whole run instead)."
+    "One model call in the context budget; a failure ends the loop with 'error' (a spent call budget ends the run)."
     fit_context(run.messages, run.prompt_tokens)
     for retry in (False, True):
         try:

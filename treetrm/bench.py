@@ -90,7 +90,7 @@ def _planted(world:dict, config:str) -> dict[str, float]:
     return {tt: expected_accuracy(evs.get(tt, []), b[tt]) for tt in world['task_types']}
 
 def planted_table(world:dict, rows:list[dict]) -> pl.DataFrame:
-    "Per task type and configuration: measured accuracy against the planted one, its SE bound, z, mismatches and unfinished runs."
+    "Per task type and configuration: measured vs planted accuracy, its SE bound, z, mismatches and unfinished runs."
     preds = {c: _planted(world, c) for c in CONFIGS}
     agg = (pl.DataFrame(rows).group_by('config',
                                        'task_type').agg(n=pl.len(), accuracy=100 * pl.col('correct').mean(),

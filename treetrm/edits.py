@@ -149,8 +149,8 @@ def _section_op(text:str, op:EditOp, file:str, i:int) -> str:
     s = _find_section(text, op.section, file, f'ops[{i}].section')
     _check_op_text(op.text, file, s.section.heading, f'ops[{i}].text')
     sep = '' if text[:s.content].endswith('\n') else '\n'
-    return text[:s.content] + sep + _merge_content(text[s.content:s.end], op.text, op.op
-                                                   == 'append_to_section') + text[s.end:]
+    content = _merge_content(text[s.content:s.end], op.text, op.op == 'append_to_section')
+    return text[:s.content] + sep + content + text[s.end:]
 
 # %% ../nbs/04a_edits.ipynb #35194177
 def _search_replace(text:str, op:EditOp, file:str, i:int) -> str:

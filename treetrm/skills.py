@@ -200,7 +200,7 @@ def _plain_name(name) -> bool:
 # %% ../nbs/04_skills.ipynb #5b339646
 @functools.lru_cache(maxsize=2048)
 def _parsed_skill(text:str, name:str) -> Skill:
-    "parse_skill, remembered by content (a `Skill` is frozen): a training run loads the same versions thousands of times."
+    "parse_skill, remembered by content (a `Skill` is frozen): training loads the same versions thousands of times."
     return parse_skill(text, file=name)
 
 def check_skill_files(files:dict[str,str] # file name -> file text; non-`.md` names are ignored

@@ -84,7 +84,8 @@ def subtitle_page(node:Node, page:int=1) -> str:
         raise ToolError(f'page must be a whole number from 1 to {pages} for {node.node_id}, got {page!r}')
     if pages == 1: return f'subtitle: {text}'
     part = text[(page - 1) * SUBTITLE_PAGE_CHARS: page * SUBTITLE_PAGE_CHARS]
-    more = f'; view_node with {{"node_id": "{node.node_id}", "page": {page + 1}}} shows the next' if page < pages else ''
+    more = (f'; view_node with {{"node_id": "{node.node_id}", "page": {page + 1}}} shows the next'
+            if page < pages else '')
     return f'subtitle (page {page} of {pages}{more}): {part}'
 
 def view_node(tree:VideoTree, # the video's tree
