@@ -19,7 +19,7 @@ from treetrm.runner import DEFAULT_SPLIT, Runner
 from treetrm.sim import make_world
 from treetrm.sim_agent import SimAgent
 from treetrm.sim_roles import make_role
-from treetrm.skills import REJECT_REASONS
+from treetrm.edits import REJECT_REASONS
 from treetrm.backends import make_providers
 from treetrm.split import run_split
 

@@ -12,7 +12,7 @@ from typing import Callable
 import polars as pl
 from .core import canonical_json, sha256_text
 from .data import QuestionUnit, build_units
-from .skills import Edit
+from .edits import Edit
 from .agent import load_agent_prompts
 from .gate import GateParams, e_value_plus, flip_counts
 from .anchor_rules import more_wins, not_fewer_wins, margin_accepts, bayes_accepts, mcnemar_accepts

@@ -14,7 +14,8 @@ from .llm import LLMProvider, LLMResponse
 from .sim_video import reachable
 from .sim import expected_accuracy, load_world, world_path
 from .sim_agent import SimAgent
-from .skills import apply_edit, skill_file
+from .skills import skill_file
+from .edits import apply_edit
 from .log import HarnessLog
 from .inference import run_inference
 
@@ -89,7 +90,7 @@ def _planted(world:dict, config:str) -> dict[str, float]:
     return {tt: expected_accuracy(evs.get(tt, []), b[tt]) for tt in world['task_types']}
 
 def planted_table(world:dict, rows:list[dict]) -> pl.DataFrame:
-    "Per task type and configuration: measured accuracy against the planted one, its SE bound, z, mismatches and unfinished runs."
+    "Per task type and configuration: measured vs planted accuracy, its SE bound, z, mismatches and unfinished runs."
     preds = {c: _planted(world, c) for c in CONFIGS}
     agg = (pl.DataFrame(rows).group_by('config',
                                        'task_type').agg(n=pl.len(), accuracy=100 * pl.col('correct').mean(),

@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 from .core import ConfigError, DataError, where, atomic_write_json, read_json, sha256_json, canonical_json
-from .skills import Edit, parse_edit
+from .edits import Edit, parse_edit
 from .validate import Probation
 from .evolve import Blacklist
 

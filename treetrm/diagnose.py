@@ -12,7 +12,8 @@ import polars as pl
 from .core import (ConfigError, DataError, InfraError, Slots, canonical_json, asset_dir, sha256_json,
                           stable_seed, where, check_count)
 from .data import ERROR_TYPES, Question, VideoTree, load_trees
-from .agent import INFRA_STOP_REASONS, CHARS_PER_TOKEN, view_node, search_hits, truncate_output, context_budget, estimate_tokens
+from .tools import view_node, search_hits
+from .agent import INFRA_STOP_REASONS, CHARS_PER_TOKEN, truncate_output, context_budget, estimate_tokens
 from .llm import LLMProvider, reply_json, json_schema_format
 from .skills import load_skill_dir, render_skill, route_skills
 from .log import HarnessLog
@@ -165,7 +166,7 @@ def evidence_nodes(tree:VideoTree, # the question's video tree
                    steps:list[dict], # `trace_steps` of the agent's answer
                    k:int=3 # BM25 hits of the question's neighbourhood
                   ) -> list[tuple[str, str]]:
-    "(node id, why) of the nodes relevant to a miss: the ones the agent opened, then the question's best hits and their parents."
+    "(node id, why) for a miss: the nodes the agent opened, then the question's best hits and their parents."
     out = {i: 'opened by the agent' for i in opened_nodes(steps) if i in tree.nodes}
     for node, _ in search_hits(tree, ' '.join([q.question, *map(str, q.options)]), k):
         for i in (node.node_id, node.parent_id):
@@ -193,7 +194,7 @@ def evidence_room(judge) -> int:
 
 def fitted_request(judge, prompts: DiagnosePrompts, q: Question, p: dict, skill_file: str, skill_text: str,
                    tree: VideoTree | None = None) -> tuple[dict, list[dict]]:
-    "(context, messages) of one judge request, its tool outputs and evidence cut down step by step until it fits the judge's context budget."
+    "(context, messages) of one judge request, tool outputs and evidence cut step by step to fit the judge's budget."
     budget, room = context_budget(judge), evidence_room(judge)
     for cap in (4000, 1500, 500, 150):
         ctx = diagnose_context(q, p, skill_file, cap)
@@ -267,7 +268,7 @@ class Verdict:
 JUDGE_FAILED = 'judge call failed' # the cause of a degraded row the endpoint is to blame for (asked again on resume)
 
 def diagnosis_format(skill_files=None) -> dict:
-    "The `response_format` of a judge reply: the Diagnosis object, with `evidence_target` one of the skill files or null."
+    "The `response_format` of a judge reply: a Diagnosis, with `evidence_target` one of the skill files or null."
     target = {'type': ['string', 'null']} if not skill_files else {'enum': [*sorted(skill_files), None]}
     return json_schema_format(
         'diagnosis', {

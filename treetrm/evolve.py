@@ -13,8 +13,8 @@ import polars as pl
 from .core import (DataError, ConfigError, InfraError, Slots, where, asset_dir, canonical_json, sha256_text,
                           stable_seed)
 from .llm import LLMProvider, LLMResponse, ReplyError, reply_json, json_schema_format
-from .skills import (EDIT_OPS, Edit, EditRejected, DEFAULT_SKILL, apply_edit, check_target, edit_fingerprint,
-                            parse_edit, skill_file)
+from .skills import DEFAULT_SKILL, skill_file
+from .edits import EDIT_OPS, Edit, EditRejected, apply_edit, check_target, edit_fingerprint, parse_edit
 from .gate import quadrant
 
 # %% auto #0

@@ -28,7 +28,7 @@ def failed_result(question:Question, error:str, latency_s:float=0.0) -> AgentRes
 
 # %% ../nbs/07_inference.ipynb #b6256141
 def step_record(s) -> dict:
-    "One agent turn as the dict stored in predictions and traces (its fields, shallow: the row is encoded to JSON at once)."
+    "One agent turn as the dict stored in predictions and traces (its fields, shallow: the row becomes JSON at once)."
     return dict(vars(s))
 
 def prediction_row(run_id:str, question:Question, result:AgentResult) -> dict:
@@ -107,29 +107,31 @@ FORMAT_HEALTH_LIMIT = 0.5 # above this share of INFRA-or-unformatted answers a r
 def answer_health(run_id:str, # the run
                   counts:dict # stop reason -> answers
                  ) -> str|None:
-    "What to tell the user first when most answers of a run are INFRA or read from unformatted replies; None when the run is healthy."
+    "What to tell the user first when most answers of a run are INFRA or unformatted; None when the run is healthy."
     n, bad = sum(counts.values()), sum(v for k, v in counts.items() if k in INFRA_STOP_REASONS or k == 'unformatted')
     if not n or bad / n <= FORMAT_HEALTH_LIMIT: return None
     by = ', '.join(f'{k} {v}' for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     tips = []
     if counts.get('parse_error', 0) + counts.get('unformatted', 0):
         tips.append(
-            'the agent model does not follow the reply format: use an endpoint with structured outputs (TREETRM_AGENT_STRUCTURED=auto or on: '
-            'vLLM, SGLang, llama.cpp, OpenAI) or a larger instruction-tuned model')
+            'the agent model does not follow the reply format: use an endpoint with structured outputs '
+            '(TREETRM_AGENT_STRUCTURED=auto or on: vLLM, SGLang, llama.cpp, OpenAI) or a larger instruction-tuned '
+            'model')
     if counts.get('error', 0):
         tips.append(
-            'agent calls failed: read the errors in llm_calls (status error) and check TREETRM_AGENT_BASE_URL, the model name and the key; '
-            'a context-length error wants TREETRM_AGENT_CONTEXT_TOKENS set to the server\'s context')
-    return f'run {run_id!r}: {bad} of {n} answers were not read from protocol replies ({by}). What to try: ' + '; '.join(
-        tips) + '.'
+            'agent calls failed: read the errors in llm_calls (status error) and check TREETRM_AGENT_BASE_URL, '
+            'the model name and the key; a context-length error wants TREETRM_AGENT_CONTEXT_TOKENS set to the '
+            'server\'s context')
+    head = f'run {run_id!r}: {bad} of {n} answers were not read from protocol replies ({by}). What to try: '
+    return head + '; '.join(tips) + '.'
 
 # %% ../nbs/07_inference.ipynb #a6481258
 def _per_task_type(p:pl.DataFrame) -> pl.DataFrame:
     "Accuracy, mean steps and INFRA count by task type."
     right = pl.col('correct').fill_null(False)
+    infra = pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)).sum()
     return (p.group_by('task_type').agg(n=pl.len(), correct=right.sum(), accuracy=right.mean(),
-                                        steps_mean=pl.col('steps_used').mean(), infra=pl.col('stop_reason').is_in(
-                                            list(INFRA_STOP_REASONS)).sum()).sort('task_type'))
+                                        steps_mean=pl.col('steps_used').mean(), infra=infra).sort('task_type'))
 
 def run_summary(log:HarnessLog, # the harness log
                 run_id:str # the run to summarise
@@ -205,7 +207,7 @@ async def run_inference(
     prompts_dir: str | Path | None = None,  # agent prompts folder (default: project prompts/agent)
     temperature: float = 0.0,  # sampling temperature
     retry_errors: bool = False,  # recompute questions whose stored record ended on stop reason 'error'
-    summarise: bool = True  # return the run's `InferenceResult` (False: None, for callers that read the rows themselves)
+    summarise: bool = True  # return the run's `InferenceResult` (False: None, for callers reading the rows themselves)
 ) -> InferenceResult | None:
     "Answer `questions` with the agent, persist every record, skip questions `run_id` already holds."
     check_run_id(run_id)

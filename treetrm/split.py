@@ -363,8 +363,10 @@ def _check_epsilon(split:Split, groups:dict, dims:Dimensions):
     if gap > split.config.epsilon + 1e-12:
         raise ConfigError(
             where(
-                f'the test pool\'s share of {name} is {gap:.3f} away from the benchmark\'s, more than epsilon={split.config.epsilon}',
-                'Raise epsilon, lower floor_k (floors pull defect-rich videos out of the test pool), try another seed, or use a larger benchmark',
+                f'the test pool\'s share of {name} is {gap:.3f} away from the benchmark\'s, '
+                f'more than epsilon={split.config.epsilon}',
+                'Raise epsilon, lower floor_k (floors pull defect-rich videos out of the test pool), try another seed, '
+                'or use a larger benchmark',
                 field='epsilon'))
 
 def _check_floors(split:Split):
@@ -379,7 +381,7 @@ def check_split(split:Split, # the split to check
                 questions:list[Question], # the benchmark
                 groups:dict[str, VideoGroup]|None=None # its video groups (recomputed when None)
                ) -> Split:
-    "Raise `DataError`/`ConfigError` unless pools are disjoint, inside the benchmark, within epsilon and meet the floors."
+    "`DataError`/`ConfigError` unless the pools are disjoint, inside the benchmark, within epsilon and meet the floors."
     groups = groups or video_groups(questions, {a.question_id: a.signal for a in split.assignments})
     _check_disjoint(split)
     _check_inside(split, questions)
@@ -398,7 +400,8 @@ def check_power(split:Split) -> int:
     if n < cfg.val_wrong_min:
         raise ConfigError(
             where(
-                f'the validation pool holds {n} baseline wrong answers, fewer than val_wrong_min={cfg.val_wrong_min}: the gate would lack power',
+                f'the validation pool holds {n} baseline wrong answers, fewer than val_wrong_min={cfg.val_wrong_min}: '
+                'the gate would lack power',
                 f'Lower val_wrong_min, raise val_ratio (now {cfg.val_ratio}), or use a larger benchmark',
                 field='val_wrong_min'))
     return n
@@ -413,7 +416,8 @@ def _select(groups:dict[str, VideoGroup], config:SplitConfig) -> dict[str, str]:
     if len(floor) > n_trainval:
         raise ConfigError(
             where(
-                f'the T2 floors need {len(floor)} trainval videos, but test_ratio={config.test_ratio} leaves room for {n_trainval}',
+                f'the T2 floors need {len(floor)} trainval videos, '
+                f'but test_ratio={config.test_ratio} leaves room for {n_trainval}',
                 'Lower test_ratio or floor_k', field='floor_k'))
     val, diag = split_trainval(fill_trainval(groups, dims, floor, n_trainval, order, config.epsilon), config)
     return {**{v: 'test' for v in groups}, **{v: 'validation' for v in val}, **{v: 'diagnosis' for v in diag}}
@@ -507,12 +511,11 @@ def pool_summary(split:Split) -> pl.DataFrame:
     "Per pool: videos, questions, baseline accuracy and signal counts."
     f = split.frame()
     sig = [(pl.col('signal') == s).sum().alias(s) for s in SIGNALS]
-    return (f.group_by('pool').agg(*sig, videos=pl.col('video_id').n_unique(),
-                                   questions=pl.len(), accuracy=pl.col('correct').mean()).select(
-                                       'pool', 'videos', 'questions', 'accuracy', *SIGNALS).sort(
-                                           pl.col('pool').replace_strict({p: i
-                                                                          for i, p in enumerate(POOLS)},
-                                                                         return_dtype=pl.Int64)))
+    order = pl.col('pool').replace_strict({p: i for i, p in enumerate(POOLS)}, return_dtype=pl.Int64)
+    return (f.group_by('pool')
+            .agg(*sig, videos=pl.col('video_id').n_unique(), questions=pl.len(), accuracy=pl.col('correct').mean())
+            .select('pool', 'videos', 'questions', 'accuracy', *SIGNALS)
+            .sort(order))
 
 def pool_distribution(split:Split, by:str='task_type') -> pl.DataFrame:
     "Share of each `by` value (task_type or difficulty) per pool, with the benchmark's share."
@@ -566,11 +569,13 @@ class SplitPlan:
     def __str__(self) -> str:
         return '\n'.join([
             f'split plan for workspace {self.workspace}',
-            f'  questions   {self.questions_path} ({self.n_questions} questions, {self.n_videos} videos, {len(self.task_types)} task types)',
+            f'  questions   {self.questions_path} ({self.n_questions} questions, {self.n_videos} videos, '
+            f'{len(self.task_types)} task types)',
             f'  trees       {self.trees_dir} (all {self.n_videos} load)',
             f'  skills      {self.skills_dir} ({len(self.skills)} files)',
             f'  1. baseline run {self.baseline_run_id!r} with agent model {self.agent_model!r}',
-            f'  2. Phase 0/1: diagnose wrong answers with judge {self.judge_model!r}; fingerprint {self.diag_fingerprint}',
+            f'  2. Phase 0/1: diagnose wrong answers with judge {self.judge_model!r}; '
+            f'fingerprint {self.diag_fingerprint}',
             f'  3. Phase 2: build_split with {canonical_json(self.config.to_dict())}',
             f'  4. write {pools_dir(self.workspace)}/pools.json and split_manifest.json'
         ])
@@ -590,7 +595,7 @@ def plan_split(workspace, *, questions_path, trees_dir, skills_dir, agent, judge
 
 # %% ../nbs/09_split.ipynb #26239590
 def existing_split(workspace:str|Path, config:SplitConfig, baseline_run_id:str) -> Split|None:
-    "The workspace's frozen split when it has one made with the same settings; a `ConfigError` when the settings differ."
+    "The workspace's frozen split if it has one made with the same settings; a `ConfigError` when the settings differ."
     if not has_pools(workspace): return None
     split = load_split(pools_dir(workspace))
     if split.config != config or split.baseline_run_id != baseline_run_id:
@@ -616,7 +621,7 @@ async def run_split(
     judge_model: str | None = None,  # the configured judge model (default: judge.model)
     generated_at: str | None = None,  # manifest timestamp (default: now)
     progress: bool = True,  # show the baseline's progress bar
-    max_steps: int = 15  # the agent's tool budget per question (the training's `max_steps`, so baseline and arms compare)
+    max_steps: int = 15  # the agent's tool steps per question (the training's `max_steps`: baseline and arms compare)
 ):
     "Baseline → diagnose → build_split → write pools; returns the `Split` (or the `SplitPlan` when `dry_run`)."
     check_count(concurrency, 'concurrency')  # before anything is written

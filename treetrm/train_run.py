@@ -11,7 +11,8 @@ from typing import Callable, Mapping
 import polars as pl
 from .core import ConfigError, DataError, InfraError, where, read_json, sha256_file, stable_seed
 from .data import build_units, unit_correct, questions_fingerprint
-from .skills import Edit, set_current, set_best, load_manifest
+from .edits import Edit
+from .skills import set_current, set_best, load_manifest
 from .agent import INFRA_STOP_REASONS
 from .log import HarnessLog, TrainRunId
 from .inference import predictions_correctness, answer_health

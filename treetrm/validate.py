@@ -14,7 +14,8 @@ import polars as pl
 from fastcore.basics import patch
 from .core import ConfigError, DataError, InfraError, TreeTrmError, Slots, check_count, where, atomic_write_text, canonical_json
 from .data import QuestionUnit, unit_correct
-from .skills import DEFAULT_SKILL, Edit, apply_edit, parse_edit, skill_slug, load_skill_dir, route_skills
+from .skills import DEFAULT_SKILL, skill_slug, load_skill_dir, route_skills
+from .edits import Edit, apply_edit, parse_edit
 from .agent import INFRA_STOP_REASONS
 from .gate import (GateParams, flip_counts, probation_decision, PROBATION_ACTIONS, QUADRANTS, quadrant,
                           GateVerdict, gate_decision, mcnemar_exact_one_sided, log_e_value_plus, log_e_value_minus)
