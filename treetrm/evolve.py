@@ -332,23 +332,17 @@ def check_reply(raw:str, # the evolver's reply
 
 # %% ../nbs/14_evolve.ipynb #d736294f
 def edit_format(target:str) -> dict:
-    "The `response_format` of an evolver edit reply: the target, a list of edit operations (each with its own fields) and a rationale."
-    ops = [
-        {
-            'type': 'object', 'additionalProperties': False, 'required': ['op', *fields],
-            'properties': {'op': {'type': 'string', 'const': op}, **{f: {'type': 'string'}
-                                                                     for f in fields}}
-        }  # no maxLength: llama.cpp expands it into nested grammar rules (a 4,000 bound crashed the server); apply_edit checks lengths
-        for op, fields in EDIT_OPS.items()
-    ]
-    return json_schema_format(
-        'skill_edit', {
-            'type': 'object', 'additionalProperties': False, 'required': ['target', 'ops', 'rationale'], 'properties': {
-                'target': {'type': 'string', 'const': target}, 'ops': {
-                    'type': 'array', 'items': {'anyOf': ops}, 'maxItems': 4
-                }, 'rationale': {'type': 'string', 'maxLength': 600}
-            }
-        })
+    "The `response_format` of an evolver edit reply: the target, edit operations (each with its fields), a rationale."
+    # No maxLength on the op fields: llama.cpp expands it into nested grammar rules (a 4,000 bound crashed the
+    # server); apply_edit checks the lengths instead.
+    ops = [{'type': 'object', 'additionalProperties': False, 'required': ['op', *fields],
+            'properties': {'op': {'type': 'string', 'const': op}, **{f: {'type': 'string'} for f in fields}}}
+           for op, fields in EDIT_OPS.items()]
+    return json_schema_format('skill_edit', {
+        'type': 'object', 'additionalProperties': False, 'required': ['target', 'ops', 'rationale'],
+        'properties': {'target': {'type': 'string', 'const': target},
+                       'ops': {'type': 'array', 'items': {'anyOf': ops}, 'maxItems': 4},
+                       'rationale': {'type': 'string', 'maxLength': 600}}})
 
 async def propose_edit(task_type:str, # the task type whose skill to change
                        *, skills_dir:str|Path, # the current skills version folder (read only)
@@ -632,7 +626,8 @@ def apply_prompt_edit(text:str, # the system prompt's current text
         raise EditRejected(
             'length_ratio',
             where(
-                f'the new prompt is {len(new) / max(len(old), 1):.2f}x the old length, outside [{min_ratio}, {max_ratio}]',
+                f'the new prompt is {len(new) / max(len(old), 1):.2f}x the old length, '
+                f'outside [{min_ratio}, {max_ratio}]',
                 field='ops'))
     return new
 

@@ -47,7 +47,7 @@ class GateParams:
     tau: float = 0.05 # prior scale of true accuracy changes, for the shrunk delta
     min_effect_q: float|None = None # optional minimum worthwhile q in (1/2, 1); enables evidence-based futility
     beta_fut: float = 0.2 # futility rejects a worthwhile edit with probability <= beta_fut
-    evidence_cap: int | None = None  # most units the e-process can ever pair (ladder + probation); set: confirm at the exact threshold for it
+    evidence_cap: int|None = None # most units ever paired (ladder + probation); set: confirm at its exact threshold
 
     def __post_init__(self):
         for name in ('alpha', 'alpha_dir', 'alpha_prov', 'beta_fut'): _check_open_unit(name, getattr(self, name))

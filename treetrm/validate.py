@@ -12,7 +12,8 @@ from typing import Awaitable, Callable, Iterable, Iterator, Mapping
 import numpy as np
 import polars as pl
 from fastcore.basics import patch
-from .core import ConfigError, DataError, InfraError, TreeTrmError, Slots, check_count, where, atomic_write_text, canonical_json
+from .core import (ConfigError, DataError, InfraError, TreeTrmError, Slots, check_count, where,
+                          atomic_write_text, canonical_json)
 from .data import QuestionUnit, unit_correct
 from .skills import DEFAULT_SKILL, Edit, apply_edit, parse_edit, skill_slug, load_skill_dir, route_skills
 from .agent import INFRA_STOP_REASONS
@@ -305,12 +306,12 @@ class _GateRound:
 def _guard_error(rnd:_GateRound) -> InfraError:
     "The message of a guard abort: what happened, what was kept, what to do."
     g = rnd.guard
-    return InfraError(
-        where(
-            f'gate round aborted: {g.infra} of {g.evaluated} evaluations ({g.rate:.0%}) failed with INFRA errors, above gate_guard_err={g.limit}; '
-            'no decision was taken and nothing was written to gate_evidence (base outcomes already evaluated stay cached)',
-            'Fix the endpoint (see llm_calls and the stop_reason of the gate runs), then resume the run: the step re-runs this gate',
-            **rnd.where_, task_types=','.join(rnd.gates)))
+    msg = (f'gate round aborted: {g.infra} of {g.evaluated} evaluations ({g.rate:.0%}) failed with INFRA errors, '
+           f'above gate_guard_err={g.limit}; no decision was taken and nothing was written to gate_evidence '
+           '(base outcomes already evaluated stay cached)')
+    hint = ('Fix the endpoint (see llm_calls and the stop_reason of the gate runs), then resume the run: '
+            'the step re-runs this gate')
+    return InfraError(where(msg, hint, **rnd.where_, task_types=','.join(rnd.gates)))
 
 def _arrive(rnd:_GateRound, task_type:str, rank:int, arm:str, outcome:UnitOutcome):
     "File one result: cache, guard, gate; freeze-cancel the type's queued tasks when its decision is final."
@@ -460,7 +461,7 @@ async def validate_skills_concurrent(
         workspace:str|Path|None=None, # where tmp/candidates goes (default: the folder holding skills/)
         skill_mode:str='auto' # how the agent reads skills (names what the base-arm cache key covers)
        ) -> dict[str, ValidationOutcome]:
-    "Gate every candidate concurrently on its ladder; consume paired outcomes in ladder order; one outcome per task type."
+    "Gate every candidate concurrently on its ladder; consume paired outcomes in ladder order; one outcome per type."
     _check_round_args(candidates, run_id, gate_id, prompts_version)
     base_dir, unit_list = Path(base_skills_dir), list(units)
     gates = {
