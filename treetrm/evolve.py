@@ -237,8 +237,8 @@ def evolve_target(task_type:str, # the task type
               f'Add {skill_file(task_type)} to the skills version', folder=d))
 
 # %% ../nbs/14_evolve.ipynb #ca19627b
-def evolve_context(task_type: str, target: str, skill_text: str, failures: list[dict], successes: list[dict],
-                   blacklist: list[str]) -> dict:
+def evolve_context(task_type:str, target:str, skill_text:str, failures:list[dict], successes:list[dict],
+                   blacklist:list[str]) -> dict:
     "The machine-readable context of an evolve request."
     return {
         'kind': 'evolve', 'task_type': task_type, 'target': target, 'skill_text': skill_text, 'failures': failures,
@@ -541,11 +541,9 @@ async def momentum_guidance(pairs:Pairs, # `classify_pairs` of this R against th
     "New guidance for the next epoch's evolver; the previous guidance is kept when the call or its reply fails."
     msgs = momentum_messages(pairs, previous_guidance, questions, max_per_class, seed or 0, templates)
     keep = lambda reason, msg, **kw: MomentumResult(previous_guidance, False, reason, msg, **kw)
-    fmt = json_schema_format(
-        'guidance', {
-            'type': 'object', 'additionalProperties': False, 'required': ['guidance'],
-            'properties': {'guidance': {'type': 'string', 'minLength': 1}}
-        })  # the length is checked by read_guidance
+    # no maxLength: the length is checked by read_guidance
+    fmt = json_schema_format('guidance', {'type': 'object', 'additionalProperties': False, 'required': ['guidance'],
+                                          'properties': {'guidance': {'type': 'string', 'minLength': 1}}})
     try: r = await evolver.chat(msgs, temperature=0.0, max_tokens=max_tokens, seed=seed, response_format=fmt)
     except InfraError as e: return keep('infra', str(e))
     try: return MomentumResult(read_guidance(r.content), True, raw=r.content, usage=dict(r.usage or {}))

@@ -167,7 +167,7 @@ def _crossing_probability(rows:list[np.ndarray], log_threshold:float, q:float=0.
     return float(crossed)
 
 @functools.lru_cache(maxsize=256)
-def _cached_rows(n_steps: int, prior_a: float, prior_b: float) -> list[np.ndarray]:
+def _cached_rows(n_steps:int, prior_a:float, prior_b:float) -> list[np.ndarray]:
     return _log_e_rows(n_steps, prior_a, prior_b)
 
 @functools.lru_cache(maxsize=256)
@@ -420,8 +420,9 @@ def pair_block(base:dict, # unit_id -> baseline arm correct
     return PairBlock(w, l, len(observed) - w - l, observed)
 
 # %% ../nbs/11_gate.ipynb #f0ee7cef
+# (base_correct, cand_correct) -> quadrant
 QUADRANTS = {(False, True): 'improvement', (True, False): 'regression', (False, False): 'persistent_fail',
-             (True, True): 'stable_success'} # (base_correct, cand_correct) -> quadrant
+             (True, True): 'stable_success'}
 
 def quadrant(base_correct:bool, cand_correct:bool) -> str:
     "The quadrant of one paired unit: improvement (W), regression (L), persistent_fail or stable_success."

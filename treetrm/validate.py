@@ -64,7 +64,7 @@ def scripted_evaluator(
     "A simulated `evaluate(unit, arm, skills_dir)` with scripted results and latency on a fake clock."
     calls = []
 
-    async def evaluate(unit: QuestionUnit, arm: str, skills_dir: Path) -> UnitOutcome:
+    async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
         calls.append((unit.unit_id, arm, Path(skills_dir), Path(skills_dir).is_dir()))
         for _ in range(turns(unit, arm) if turns else 0):
             await asyncio.sleep(0)
@@ -274,7 +274,7 @@ class InfraGuard:
             raise ConfigError(
                 where(f'gate_guard_err must be a number in [0, 1], got {self.limit!r}', 'Use e.g. 0.2',
                       field='gate_guard_err'))
-    def count(self, outcome: UnitOutcome):
+    def count(self, outcome:UnitOutcome):
         self.evaluated += 1
         self.infra += outcome.infra
     @property
@@ -293,13 +293,12 @@ class _GateRound:
     cand_dirs: dict # task type -> candidate skills folder
     guard: InfraGuard # the cumulative INFRA rate
     cache: object = None # a BaselineCache, or None
-    base_sha: dict = field(
-        default_factory=dict)  # task type -> cache key part naming what the agent reads of the base skills
+    base_sha: dict = field(default_factory=dict) # task type -> cache key part: what the agent reads of the base skills
     prompts_version: str = '' # cache key part
     where_: dict = field(default_factory=dict) # run_id, gate_id for messages
     queued: dict = field(default_factory=dict) # task type -> set of tasks still waiting for slots
 
-    def skills_dir(self, task_type: str, arm: str) -> Path:
+    def skills_dir(self, task_type:str, arm:str) -> Path:
         return self.base_dir if arm == 'base' else self.cand_dirs[task_type]
 
 # %% ../nbs/13_validate.ipynb #37138134
@@ -544,8 +543,8 @@ def settle_probation(probation:Probation, # the probation to settle
     check_count(max_rounds, 'max_rounds')
     return probation_decision(probation.w + extra_w, probation.l + extra_l, probation.rounds, max_rounds, params)
 
-def continue_probation(probation: Probation, extra_w: int, extra_l: int, extra_n: int,
-                       consumed: Iterable[str] = ()) -> Probation:
+def continue_probation(probation:Probation, extra_w:int, extra_l:int, extra_n:int,
+                       consumed:Iterable[str]=()) -> Probation:
     "The probation after a kept round: pooled counts, one more round, the newly paired units recorded."
     _check_extra(extra_w, extra_l)
     if extra_n < extra_w + extra_l:
