@@ -238,8 +238,8 @@ def evolve_target(task_type:str, # the task type
               f'Add {skill_file(task_type)} to the skills version', folder=d))
 
 # %% ../nbs/14_evolve.ipynb #ca19627b
-def evolve_context(task_type: str, target: str, skill_text: str, failures: list[dict], successes: list[dict],
-                   blacklist: list[str]) -> dict:
+def evolve_context(task_type:str, target:str, skill_text:str, failures:list[dict], successes:list[dict],
+                   blacklist:list[str]) -> dict:
     "The machine-readable context of an evolve request."
     return {
         'kind': 'evolve', 'task_type': task_type, 'target': target, 'skill_text': skill_text, 'failures': failures,
@@ -333,23 +333,17 @@ def check_reply(raw:str, # the evolver's reply
 
 # %% ../nbs/14_evolve.ipynb #d736294f
 def edit_format(target:str) -> dict:
-    "The `response_format` of an evolver edit reply: the target, a list of edit operations (each with its own fields) and a rationale."
-    ops = [
-        {
-            'type': 'object', 'additionalProperties': False, 'required': ['op', *fields],
-            'properties': {'op': {'type': 'string', 'const': op}, **{f: {'type': 'string'}
-                                                                     for f in fields}}
-        }  # no maxLength: llama.cpp expands it into nested grammar rules (a 4,000 bound crashed the server); apply_edit checks lengths
-        for op, fields in EDIT_OPS.items()
-    ]
-    return json_schema_format(
-        'skill_edit', {
-            'type': 'object', 'additionalProperties': False, 'required': ['target', 'ops', 'rationale'], 'properties': {
-                'target': {'type': 'string', 'const': target}, 'ops': {
-                    'type': 'array', 'items': {'anyOf': ops}, 'maxItems': 4
-                }, 'rationale': {'type': 'string', 'maxLength': 600}
-            }
-        })
+    "The `response_format` of an evolver edit reply: the target, edit operations (each with its fields), a rationale."
+    # No maxLength on the op fields: llama.cpp expands it into nested grammar rules (a 4,000 bound crashed the
+    # server); apply_edit checks the lengths instead.
+    ops = [{'type': 'object', 'additionalProperties': False, 'required': ['op', *fields],
+            'properties': {'op': {'type': 'string', 'const': op}, **{f: {'type': 'string'} for f in fields}}}
+           for op, fields in EDIT_OPS.items()]
+    return json_schema_format('skill_edit', {
+        'type': 'object', 'additionalProperties': False, 'required': ['target', 'ops', 'rationale'],
+        'properties': {'target': {'type': 'string', 'const': target},
+                       'ops': {'type': 'array', 'items': {'anyOf': ops}, 'maxItems': 4},
+                       'rationale': {'type': 'string', 'maxLength': 600}}})
 
 async def propose_edit(task_type:str, # the task type whose skill to change
                        *, skills_dir:str|Path, # the current skills version folder (read only)
@@ -550,11 +544,9 @@ async def momentum_guidance(pairs:Pairs, # `classify_pairs` of this R against th
     "New guidance for the next epoch's evolver; the previous guidance is kept when the call or its reply fails."
     msgs = momentum_messages(pairs, previous_guidance, questions, max_per_class, seed or 0, templates)
     keep = lambda reason, msg, **kw: MomentumResult(previous_guidance, False, reason, msg, **kw)
-    fmt = json_schema_format(
-        'guidance', {
-            'type': 'object', 'additionalProperties': False, 'required': ['guidance'],
-            'properties': {'guidance': {'type': 'string', 'minLength': 1}}
-        })  # the length is checked by read_guidance
+    # no maxLength: the length is checked by read_guidance
+    fmt = json_schema_format('guidance', {'type': 'object', 'additionalProperties': False, 'required': ['guidance'],
+                                          'properties': {'guidance': {'type': 'string', 'minLength': 1}}})
     try: r = await evolver.chat(msgs, temperature=0.0, max_tokens=max_tokens, seed=seed, response_format=fmt)
     except InfraError as e: return keep('infra', str(e))
     try: return MomentumResult(read_guidance(r.content), True, raw=r.content, usage=dict(r.usage or {}))
@@ -635,7 +627,8 @@ def apply_prompt_edit(text:str, # the system prompt's current text
         raise EditRejected(
             'length_ratio',
             where(
-                f'the new prompt is {len(new) / max(len(old), 1):.2f}x the old length, outside [{min_ratio}, {max_ratio}]',
+                f'the new prompt is {len(new) / max(len(old), 1):.2f}x the old length, '
+                f'outside [{min_ratio}, {max_ratio}]',
                 field='ops'))
     return new
 

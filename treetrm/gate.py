@@ -47,7 +47,7 @@ class GateParams:
     tau: float = 0.05 # prior scale of true accuracy changes, for the shrunk delta
     min_effect_q: float|None = None # optional minimum worthwhile q in (1/2, 1); enables evidence-based futility
     beta_fut: float = 0.2 # futility rejects a worthwhile edit with probability <= beta_fut
-    evidence_cap: int | None = None  # most units the e-process can ever pair (ladder + probation); set: confirm at the exact threshold for it
+    evidence_cap: int|None = None # most units ever paired (ladder + probation); set: confirm at its exact threshold
 
     def __post_init__(self):
         for name in ('alpha', 'alpha_dir', 'alpha_prov', 'beta_fut'): _check_open_unit(name, getattr(self, name))
@@ -167,7 +167,7 @@ def _crossing_probability(rows:list[np.ndarray], log_threshold:float, q:float=0.
     return float(crossed)
 
 @functools.lru_cache(maxsize=256)
-def _cached_rows(n_steps: int, prior_a: float, prior_b: float) -> list[np.ndarray]:
+def _cached_rows(n_steps:int, prior_a:float, prior_b:float) -> list[np.ndarray]:
     return _log_e_rows(n_steps, prior_a, prior_b)
 
 @functools.lru_cache(maxsize=256)
@@ -420,8 +420,9 @@ def pair_block(base:dict, # unit_id -> baseline arm correct
     return PairBlock(w, l, len(observed) - w - l, observed)
 
 # %% ../nbs/11_gate.ipynb #f0ee7cef
+# (base_correct, cand_correct) -> quadrant
 QUADRANTS = {(False, True): 'improvement', (True, False): 'regression', (False, False): 'persistent_fail',
-             (True, True): 'stable_success'} # (base_correct, cand_correct) -> quadrant
+             (True, True): 'stable_success'}
 
 def quadrant(base_correct:bool, cand_correct:bool) -> str:
     "The quadrant of one paired unit: improvement (W), regression (L), persistent_fail or stable_success."

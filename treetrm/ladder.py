@@ -408,7 +408,8 @@ def load_gate_pools(path:str|Path, # a file written by `freeze_gate_pools`
     if expect_fingerprint is not None and expect_fingerprint != pools.fingerprint:
         raise DataError(
             where(
-                f'gate pools changed since this run froze them: file has {pools.fingerprint[:12]}, run recorded {expect_fingerprint[:12]}',
+                f'gate pools changed since this run froze them: file has {pools.fingerprint[:12]}, '
+                f'run recorded {expect_fingerprint[:12]}',
                 'Resume with the original gate_pools.json, or start a fresh run (fresh=True)', file=path))
     return pools
 
@@ -477,7 +478,8 @@ def get(self:BaselineCache, task_type:str, skill_sha:str, prompts_version:str, u
     key = _cache_key(task_type, skill_sha, prompts_version, unit_id)
     with self._lock:
         row = self._con.execute(
-            'SELECT correct FROM baseline_outcomes WHERE task_type=? AND skill_sha=? AND prompts_version=? AND unit_id=?',
+            'SELECT correct FROM baseline_outcomes '
+            'WHERE task_type=? AND skill_sha=? AND prompts_version=? AND unit_id=?',
             key).fetchone()
         if row is None:
             self.misses += 1

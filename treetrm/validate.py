@@ -12,7 +12,8 @@ from typing import Awaitable, Callable, Iterable, Iterator, Mapping
 import numpy as np
 import polars as pl
 from fastcore.basics import patch
-from .core import ConfigError, DataError, InfraError, TreeTrmError, Slots, check_count, where, atomic_write_text, canonical_json
+from .core import (ConfigError, DataError, InfraError, TreeTrmError, Slots, check_count, where,
+                          atomic_write_text, canonical_json)
 from .data import QuestionUnit, unit_correct
 from .skills import DEFAULT_SKILL, skill_slug, load_skill_dir, route_skills
 from .edits import Edit, apply_edit, parse_edit
@@ -65,7 +66,7 @@ def scripted_evaluator(
     "A simulated `evaluate(unit, arm, skills_dir)` with scripted results and latency on a fake clock."
     calls = []
 
-    async def evaluate(unit: QuestionUnit, arm: str, skills_dir: Path) -> UnitOutcome:
+    async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
         calls.append((unit.unit_id, arm, Path(skills_dir), Path(skills_dir).is_dir()))
         for _ in range(turns(unit, arm) if turns else 0):
             await asyncio.sleep(0)
@@ -275,7 +276,7 @@ class InfraGuard:
             raise ConfigError(
                 where(f'gate_guard_err must be a number in [0, 1], got {self.limit!r}', 'Use e.g. 0.2',
                       field='gate_guard_err'))
-    def count(self, outcome: UnitOutcome):
+    def count(self, outcome:UnitOutcome):
         self.evaluated += 1
         self.infra += outcome.infra
     @property
@@ -294,25 +295,24 @@ class _GateRound:
     cand_dirs: dict # task type -> candidate skills folder
     guard: InfraGuard # the cumulative INFRA rate
     cache: object = None # a BaselineCache, or None
-    base_sha: dict = field(
-        default_factory=dict)  # task type -> cache key part naming what the agent reads of the base skills
+    base_sha: dict = field(default_factory=dict) # task type -> cache key part: what the agent reads of the base skills
     prompts_version: str = '' # cache key part
     where_: dict = field(default_factory=dict) # run_id, gate_id for messages
     queued: dict = field(default_factory=dict) # task type -> set of tasks still waiting for slots
 
-    def skills_dir(self, task_type: str, arm: str) -> Path:
+    def skills_dir(self, task_type:str, arm:str) -> Path:
         return self.base_dir if arm == 'base' else self.cand_dirs[task_type]
 
 # %% ../nbs/13_validate.ipynb #37138134
 def _guard_error(rnd:_GateRound) -> InfraError:
     "The message of a guard abort: what happened, what was kept, what to do."
     g = rnd.guard
-    return InfraError(
-        where(
-            f'gate round aborted: {g.infra} of {g.evaluated} evaluations ({g.rate:.0%}) failed with INFRA errors, above gate_guard_err={g.limit}; '
-            'no decision was taken and nothing was written to gate_evidence (base outcomes already evaluated stay cached)',
-            'Fix the endpoint (see llm_calls and the stop_reason of the gate runs), then resume the run: the step re-runs this gate',
-            **rnd.where_, task_types=','.join(rnd.gates)))
+    msg = (f'gate round aborted: {g.infra} of {g.evaluated} evaluations ({g.rate:.0%}) failed with INFRA errors, '
+           f'above gate_guard_err={g.limit}; no decision was taken and nothing was written to gate_evidence '
+           '(base outcomes already evaluated stay cached)')
+    hint = ('Fix the endpoint (see llm_calls and the stop_reason of the gate runs), then resume the run: '
+            'the step re-runs this gate')
+    return InfraError(where(msg, hint, **rnd.where_, task_types=','.join(rnd.gates)))
 
 def _arrive(rnd:_GateRound, task_type:str, rank:int, arm:str, outcome:UnitOutcome):
     "File one result: cache, guard, gate; freeze-cancel the type's queued tasks when its decision is final."
@@ -462,7 +462,7 @@ async def validate_skills_concurrent(
         workspace:str|Path|None=None, # where tmp/candidates goes (default: the folder holding skills/)
         skill_mode:str='auto' # how the agent reads skills (names what the base-arm cache key covers)
        ) -> dict[str, ValidationOutcome]:
-    "Gate every candidate concurrently on its ladder; consume paired outcomes in ladder order; one outcome per task type."
+    "Gate every candidate concurrently on its ladder; consume paired outcomes in ladder order; one outcome per type."
     _check_round_args(candidates, run_id, gate_id, prompts_version)
     base_dir, unit_list = Path(base_skills_dir), list(units)
     gates = {
@@ -545,8 +545,8 @@ def settle_probation(probation:Probation, # the probation to settle
     check_count(max_rounds, 'max_rounds')
     return probation_decision(probation.w + extra_w, probation.l + extra_l, probation.rounds, max_rounds, params)
 
-def continue_probation(probation: Probation, extra_w: int, extra_l: int, extra_n: int,
-                       consumed: Iterable[str] = ()) -> Probation:
+def continue_probation(probation:Probation, extra_w:int, extra_l:int, extra_n:int,
+                       consumed:Iterable[str]=()) -> Probation:
     "The probation after a kept round: pooled counts, one more round, the newly paired units recorded."
     _check_extra(extra_w, extra_l)
     if extra_n < extra_w + extra_l:
