@@ -295,12 +295,11 @@ class MalformedReply(Exception):
 
 _RETRY_STATUS = {408, 409, 429}
 FORMAT_REFUSED = 'response_format refused'
-_OVERFLOW = re.compile(
-    r'context (length|window|size)|context_length|maximum (input|model) length|too many tokens|prompt is too long|n_ctx',
-    re.I)
+_OVERFLOW = re.compile(r'context (length|window|size)|context_length|maximum (input|model) length'
+                       r'|too many tokens|prompt is too long|n_ctx', re.I)
 
 def is_context_overflow(message:str) -> bool:
-    "Whether an endpoint's error message says the request does not fit the model's context (vLLM, SGLang, llama.cpp, OpenAI wordings)."
+    "Whether an endpoint's error message says the request does not fit the model's context."
     return bool(_OVERFLOW.search(message or ''))
 
 class ContextLengthError(InfraError):
@@ -312,10 +311,10 @@ def classify_error(e:BaseException) -> tuple[bool, float|None, str]:
         code = e.status_code
         if code < 500 and is_context_overflow(str(e)):
             return False, None, f'context length exceeded (HTTP {code}): {str(e)[:200]}'
-        if code in (400, 422, 500) and 'response_format' in str(e):
-            return False, None, f'{FORMAT_REFUSED} (HTTP {code}): {str(e)[:200]}'  # llama-cpp-python answers 500 to a format it does not know
-        return code in _RETRY_STATUS or code >= 500, parse_retry_after(
-            e.response.headers), f'HTTP {code}: {str(e)[:160]}'
+        if code in (400, 422, 500) and 'response_format' in str(e):  # llama-cpp-python answers 500 to such a format
+            return False, None, f'{FORMAT_REFUSED} (HTTP {code}): {str(e)[:200]}'
+        retryable = code in _RETRY_STATUS or code >= 500
+        return retryable, parse_retry_after(e.response.headers), f'HTTP {code}: {str(e)[:160]}'
     if isinstance(e, (openai.APITimeoutError, TimeoutError)): return True, None, 'timeout'
     if isinstance(e, openai.APIConnectionError): return True, None, f'connection error: {str(e)[:120]}'
     if isinstance(e, (json.JSONDecodeError, openai.APIResponseValidationError)):
@@ -370,7 +369,7 @@ _FORMAT_SUPPORT: dict[tuple[str, str], str] = {}  # (endpoint, model) -> the dia
 _PROBE_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def structured_dialect(base_url:str, model:str) -> str|None:
-    "The reply-format dialect learnt for an endpoint and model ('json_schema', 'json_object', 'none'), None before the first probe."
+    "The reply-format dialect learnt for an endpoint and model ('json_schema', 'json_object', 'none'), else None."
     return _FORMAT_SUPPORT.get((base_url.rstrip('/'), model))
 
 # %% ../nbs/02_llm.ipynb #afbc08fb
@@ -494,7 +493,9 @@ async def _failed(self:OpenAIProvider, f:_CallFailed, call_id:str, t0:float) -> 
             redact(
                 where(
                     "the request does not fit the model's context window",
-                    f'Set {role_env_name(self.role, "CONTEXT_TOKENS")} to the context the server gives (the agent then elides old tool outputs), or serve a longer context (llama.cpp --n_ctx, vLLM --max-model-len)',
+                    f'Set {role_env_name(self.role, "CONTEXT_TOKENS")} to the context the server gives '
+                    '(the agent then elides old tool outputs), '
+                    'or serve a longer context (llama.cpp --n_ctx, vLLM --max-model-len)',
                     role=self.role, model=self.model, endpoint=self.config.base_url, run_id=self.run_id, error=f.error),
                 self.config.api_key))
     return self._infra_error(f'LLM call failed after {f.attempts} attempt(s)',
@@ -546,8 +547,8 @@ async def _send(self: OpenAIProvider, messages, temperature, max_tokens, seed,
             try:
                 r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, fmt))
             except _CallFailed as f:
-                refused = f.how == 'rejected' and not f.overflow and (f.status in (400, 422)
-                                                                      or f.error.startswith(FORMAT_REFUSED))
+                said_no = f.status in (400, 422) or f.error.startswith(FORMAT_REFUSED)
+                refused = f.how == 'rejected' and not f.overflow and said_no
                 if i == len(tries) - 1 or not refused:
                     f.attempts += spent
                     raise
@@ -559,13 +560,13 @@ async def _send(self: OpenAIProvider, messages, temperature, max_tokens, seed,
 @patch
 async def chat(self:OpenAIProvider, messages:list[dict], *, temperature:float=0.0, max_tokens:int|None=None,
                seed:int|None=None, response_format:dict|None=None, images:list|None=None) -> LLMResponse:
-    "One chat call: cache, breaker, reply-format dialect, retries with backoff, telemetry; `InfraError` when it cannot be answered."
+    "One chat call: cache, breaker, reply format, retries with backoff, telemetry; `InfraError` when unanswerable."
     call_id, t0 = uuid.uuid4().hex, time.monotonic()
     max_tokens = self.config.max_tokens if max_tokens is None else max_tokens
     if self.config.structured == 'off': response_format = None
+    digests = tuple(image_digest(i) for i in images or ())
     key = None if self.cache is None else cache_key(self.model, messages, temperature, max_tokens, seed,
-                                                    response_format, tuple(image_digest(i)
-                                                                           for i in images or ()), self.config.thinking)
+                                                    response_format, digests, self.config.thinking)
     if key and (hit := self.cache.get(key)):
         await self._emit(call_id=call_id, status='cache_hit', cache_hit=True, **hit.usage)
         return hit

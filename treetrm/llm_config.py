@@ -48,7 +48,7 @@ PROVIDER_KINDS = ('openai', 'deepseek', 'dashscope', 'vllm', 'sim')
 
 def detect_provider_kind(base_url:str, # the endpoint, e.g. https://api.deepseek.com/v1
                          model:str) -> str: # the model name
-    "Which request dialect an endpoint speaks: 'deepseek', 'dashscope', 'vllm' (an open thinking model served by vLLM, SGLang or llama.cpp), 'sim' or 'openai'."
+    "Which request dialect an endpoint speaks: 'deepseek', 'dashscope', 'vllm', 'sim' or 'openai'."
     url, m = base_url.lower(), model.lower()
     if 'deepseek' in url or m.startswith('deepseek'): return 'deepseek'
     if 'dashscope' in url: return 'dashscope'
@@ -95,22 +95,22 @@ class RoleConfig:
     def __post_init__(self):
         if self.api_key is not None and not isinstance(self.api_key, Secret):
             object.__setattr__(self, 'api_key', Secret(self.api_key))
-        for name, ok in (('timeout_s', self.timeout_s
-                          > 0), ('max_retries', self.max_retries
-                                 >= 0), ('concurrency', self.concurrency
-                                         >= 1), ('breaker_threshold', self.breaker_threshold
-                                                 >= 1), ('backoff_base_s', self.backoff_base_s >= 0)):
+        ranges = (('timeout_s', self.timeout_s > 0), ('max_retries', self.max_retries >= 0),
+                  ('concurrency', self.concurrency >= 1), ('breaker_threshold', self.breaker_threshold >= 1),
+                  ('backoff_base_s', self.backoff_base_s >= 0))
+        for name, ok in ranges:
             if not ok:
                 raise ConfigError(
                     where(f'RoleConfig.{name} is out of range', 'Use a positive timeout, concurrency and threshold',
                           role=self.role, got=getattr(self, name)))
-        for name, ok, need in (('structured', self.structured in STRUCTURED_MODES, 'one of auto, on, off'),
-                               ('provider_kind', self.provider_kind
-                                in (None, *PROVIDER_KINDS), f'one of {", ".join(PROVIDER_KINDS)}'),
-                               ('context_tokens', self.context_tokens is None
-                                or self.context_tokens >= MIN_CONTEXT_TOKENS, f'at least {MIN_CONTEXT_TOKENS}'),
-                               ('max_tokens', self.max_tokens is None or 1 <= self.max_tokens <
-                                (self.context_tokens or 2**62), 'at least 1 and below context_tokens')):
+        kinds = f'one of {", ".join(PROVIDER_KINDS)}'
+        context_ok = self.context_tokens is None or self.context_tokens >= MIN_CONTEXT_TOKENS
+        max_tokens_ok = self.max_tokens is None or 1 <= self.max_tokens < (self.context_tokens or 2**62)
+        choices = (('structured', self.structured in STRUCTURED_MODES, 'one of auto, on, off'),
+                   ('provider_kind', self.provider_kind in (None, *PROVIDER_KINDS), kinds),
+                   ('context_tokens', context_ok, f'at least {MIN_CONTEXT_TOKENS}'),
+                   ('max_tokens', max_tokens_ok, 'at least 1 and below context_tokens'))
+        for name, ok, need in choices:
             if not ok:
                 raise ConfigError(
                     where(f'RoleConfig.{name} must be {need}', f'Fix {role_env_name(self.role, name.upper())}',
@@ -162,8 +162,8 @@ def _parse_bool(raw:str) -> bool:
 
 _OPTIONAL = {
     'TIMEOUT': ('timeout_s', float, lambda v: v > 0, 'a positive number of seconds'),
-    'CONCURRENCY': ('concurrency', int, lambda v: v >= 1,
-                    'an integer >= 1'), 'MAX_RETRIES': ('max_retries', int, lambda v: v >= 0, 'an integer >= 0'),
+    'CONCURRENCY': ('concurrency', int, lambda v: v >= 1, 'an integer >= 1'),
+    'MAX_RETRIES': ('max_retries', int, lambda v: v >= 0, 'an integer >= 0'),
     'THINKING': ('thinking', _parse_bool, lambda v: True, 'true or false'),
     'STRUCTURED': ('structured', str.lower, lambda v: v in STRUCTURED_MODES, 'auto, on or off'),
     'CONTEXT_TOKENS': ('context_tokens', int, lambda v: v >= MIN_CONTEXT_TOKENS, f'an integer >= {MIN_CONTEXT_TOKENS}'),
