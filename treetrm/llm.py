@@ -564,9 +564,11 @@ async def chat(self:OpenAIProvider, messages:list[dict], *, temperature:float=0.
     call_id, t0 = uuid.uuid4().hex, time.monotonic()
     max_tokens = self.config.max_tokens if max_tokens is None else max_tokens
     if self.config.structured == 'off': response_format = None
-    digests = tuple(image_digest(i) for i in images or ())
-    key = None if self.cache is None else cache_key(self.model, messages, temperature, max_tokens, seed,
-                                                    response_format, digests, self.config.thinking)
+    key = None
+    if self.cache is not None:
+        digests = tuple(image_digest(i) for i in images or ())
+        key = cache_key(self.model, messages, temperature, max_tokens, seed, response_format, digests,
+                        self.config.thinking)
     if key and (hit := self.cache.get(key)):
         await self._emit(call_id=call_id, status='cache_hit', cache_hit=True, **hit.usage)
         return hit
