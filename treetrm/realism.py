@@ -108,7 +108,7 @@ def _bisect(f, lo:float, hi:float, iters:int=60) -> float:
 def flip_rate(p) -> float: return float(np.mean(2 * p * (1 - p)))
 
 def calibrate_reach(z, slip, guess, accuracy:float, flips:float) -> tuple[float, float]:
-    "(mu, sigma) of the reach logits giving the seed skills `accuracy` and two runs disagreeing on `flips` answers."
+    "(mu, sigma) of the reach logits giving seed skills `accuracy`, with two runs disagreeing on a `flips` share."
     mu_for = lambda sigma: _bisect(lambda mu: float(np.mean(seed_probabilities(z, slip, guess, mu, sigma))) - accuracy,
                                    -30, 30)
     rate = lambda sigma: flip_rate(seed_probabilities(z, slip, guess, mu_for(sigma), sigma))
