@@ -13,7 +13,8 @@ from treetrm.data import load_questions, save_questions
 from treetrm.diagnose import diagnose
 from treetrm.evolve import propose_edit
 from treetrm.inference import run_inference
-from treetrm.llm import LLMResponse, load_role_config
+from treetrm.llm import LLMResponse
+from treetrm.llm_config import load_role_config
 from treetrm.log import HarnessLog
 from treetrm.runner import DEFAULT_SPLIT, Runner
 from treetrm.sim import make_world

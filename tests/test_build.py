@@ -13,7 +13,8 @@ from treetrm.build import BuildParams, build_tree, build_trees
 from treetrm.video import make_synthetic_videos, parse_subtitles, read_barcode, synthetic_shots
 from treetrm.core import DataError, project_root
 from treetrm.data import frame_path, load_questions, load_tree
-from treetrm.llm import LLMResponse, OpenAIProvider, RoleConfig
+from treetrm.llm import LLMResponse, OpenAIProvider
+from treetrm.llm_config import RoleConfig
 from treetrm.sim_server import Faults, serve
 
 ROOT = project_root()

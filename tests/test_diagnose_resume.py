@@ -7,7 +7,8 @@ import pytest
 from treetrm.core import ConfigError, project_root
 from treetrm.data import load_questions
 from treetrm.diagnose import diagnose
-from treetrm.llm import OpenAIProvider, RoleConfig
+from treetrm.llm import OpenAIProvider
+from treetrm.llm_config import RoleConfig
 from treetrm.log import HarnessLog
 from treetrm.sim import make_world
 from treetrm.sim_server import Faults, serve

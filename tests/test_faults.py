@@ -13,7 +13,8 @@ from treetrm.data import build_units, load_questions
 from treetrm.diagnose import diagnose
 from treetrm.inference import run_inference
 from treetrm.ladder import Ladder
-from treetrm.llm import OpenAIProvider, RoleConfig
+from treetrm.llm import OpenAIProvider
+from treetrm.llm_config import RoleConfig
 from treetrm.log import HarnessLog
 from treetrm.sim import make_world
 from treetrm.sim_agent import SimAgent

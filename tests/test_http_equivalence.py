@@ -5,7 +5,8 @@ from treetrm.bench import config_rules, skills_with_rules
 from treetrm.core import project_root
 from treetrm.data import load_questions
 from treetrm.inference import run_inference
-from treetrm.llm import OpenAIProvider, load_role_config
+from treetrm.llm import OpenAIProvider
+from treetrm.llm_config import load_role_config
 from treetrm.log import HarnessLog
 from treetrm.sim import ensure_demo_world, load_world
 from treetrm.sim_agent import SimAgent

@@ -6,7 +6,8 @@ from dataclasses import replace
 import pytest
 
 from treetrm.core import InfraError
-from treetrm.llm import OpenAIProvider, ResponseCache, RoleConfig, TELEMETRY_KEYS
+from treetrm.llm import OpenAIProvider, ResponseCache, TELEMETRY_KEYS
+from treetrm.llm_config import RoleConfig
 from treetrm import sim_server
 from treetrm.log import HarnessLog
 

@@ -11,7 +11,8 @@ import pytest
 from treetrm.core import project_root
 from treetrm.data import load_questions
 from treetrm.inference import run_inference
-from treetrm.llm import OpenAIProvider, RoleConfig, endpoint_slots
+from treetrm.llm import OpenAIProvider, endpoint_slots
+from treetrm.llm_config import RoleConfig
 from treetrm.log import HarnessLog
 from treetrm.sim_video import QUESTIONS_PER_VIDEO
 from treetrm.sim import make_world

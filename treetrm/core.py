@@ -100,7 +100,7 @@ def package_dir() -> Path:
 
 def asset_dir(name:str # one of `ASSETS`: 'prompts' or 'demo'
              ) -> Path:
-    "A shipped asset's folder: under `TREETRM_ROOT` when set, in the checkout beside the package, else the installed copy."
+    "A shipped asset's folder: under `TREETRM_ROOT` if set, else beside the package in a checkout, else installed."
     if name not in ASSETS: raise ConfigError(where(f'unknown asset {name!r}', f'Use one of {sorted(ASSETS)}'))
     if os.environ.get('TREETRM_ROOT'): return project_root()/ASSETS[name]
     pkg = package_dir()
@@ -109,7 +109,7 @@ def asset_dir(name:str # one of `ASSETS`: 'prompts' or 'demo'
 
 def from_root(path:str|Path|None # a path a user wrote in a stage notebook or a benchmark's parameters
              ) -> Path|None:
-    "Relative paths resolve from the project root (notebooks run with `nbs/` as their folder); absolute ones and None stay."
+    "Resolve a relative path from the project root (notebooks run in `nbs/`); absolute paths and None stay as they are."
     if path is None: return None
     return Path(path) if Path(path).is_absolute() else project_root()/path
 
@@ -138,7 +138,7 @@ def atomic_write_text(path:str|Path, text:str) -> Path:
 # %% ../nbs/00_core.ipynb #3c5b46f7
 def sweep_temp_files(folder:str|Path # a folder one process writes (a workspace)
                     ) -> int:
-    "Remove the temp files a killed `atomic_write_bytes` left under `folder` (`.<name>.<random>.tmp`); returns how many."
+    "Remove the `.<name>.<random>.tmp` files a killed `atomic_write_bytes` left under `folder`; returns how many."
     stale = [p for p in Path(folder).rglob('.*.tmp') if p.is_file()] if Path(folder).is_dir() else []
     for p in stale: p.unlink(missing_ok=True)
     return len(stale)
@@ -175,7 +175,7 @@ def file_identity(path:str|Path) -> tuple:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 def folder_listing(folder:str|Path, suffix:str='') -> tuple:
-    "(name, inode, size, mtime_ns) of the visible regular files of `folder` ending in `suffix`, by name: a cache key that changes when any of them does."
+    "(name, inode, size, mtime_ns) of `folder`'s visible files ending in `suffix`, by name: a cache key for them."
     with os.scandir(folder) as it:
         got = [(e.name, *file_identity(e.path)) for e in it
                if e.name.endswith(suffix) and not e.name.startswith('.') and e.is_file()]

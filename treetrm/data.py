@@ -490,7 +490,8 @@ def _check_edges(fields:dict, parent:dict, err) -> None:
         if child['level'] != up['level'] + 1:
             raise err(
                 c, 'level',
-                f'level {child["level"]} under level-{up["level"]} parent {p!r}; a child must be exactly one level below',
+                f'level {child["level"]} under level-{up["level"]} parent {p!r}; '
+                'a child must be exactly one level below',
                 'Fix the level or move the node')
         (cs, ce), (ps, pe) = child['time_range'], up['time_range']
         if cs < ps - _SPAN_SLACK or ce > pe + _SPAN_SLACK:
@@ -545,7 +546,7 @@ def load_tree(path:str|Path # a tree.json, or the folder holding it
 
 @functools.lru_cache(maxsize=512)
 def _checked_tree(file:str, resolved:str, inode:int, mtime_ns:int, size:int) -> VideoTree:
-    "One tree file parsed and checked, remembered while the file is unchanged (a `VideoTree` is frozen; treat cards as read-only)."
+    "One tree file parsed and checked, remembered while the file is unchanged (treat the cards as read-only)."
     file = Path(file)
     _read_text(file)
     vid, dur, raw = _tree_header(read_json(file), file)

@@ -4,23 +4,21 @@
 
 # %% ../nbs/02_llm.ipynb #6bf40a44
 from __future__ import annotations
-import asyncio, base64, email.utils, inspect, json, mimetypes, os, random, re, sqlite3, threading, time, uuid, weakref
-from dataclasses import dataclass, field, fields, replace
+import asyncio, base64, email.utils, inspect, json, mimetypes, random, re, sqlite3, threading, time, uuid, weakref
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
 import json_repair, openai
-from dotenv import dotenv_values
 from fastcore.basics import patch
 
-from .core import ConfigError, DataError, InfraError, Slots, where, project_root, sha256_json, sha256_text
+from .core import ConfigError, DataError, InfraError, Slots, where, sha256_json, sha256_text
+from .llm_config import RoleConfig, load_role_config, redact, role_env_name, thinking_extra_body
 
 # %% auto #0
-__all__ = ['ROLES', 'PROVIDER_KINDS', 'STRUCTURED_MODES', 'MIN_CONTEXT_TOKENS', 'PRICES', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED',
-           'TELEMETRY_KEYS', 'LLMResponse', 'LLMProvider', 'ReplyError', 'reply_json', 'Secret', 'redact',
-           'detect_provider_kind', 'thinking_extra_body', 'RoleConfig', 'role_env_name', 'read_settings',
-           'load_role_config', 'set_price', 'call_cost', 'backoff_delay', 'backoff_schedule', 'parse_retry_after',
+__all__ = ['PRICES', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED', 'TELEMETRY_KEYS', 'LLMResponse', 'LLMProvider', 'ReplyError',
+           'reply_json', 'set_price', 'call_cost', 'backoff_delay', 'backoff_schedule', 'parse_retry_after',
            'BreakerState', 'breaker_admit', 'breaker_success', 'breaker_failure', 'breaker_release_probe',
            'CircuitBreaker', 'endpoint_slots', 'image_data_url', 'image_digest', 'attach_images', 'cache_key',
            'ResponseCache', 'MalformedReply', 'is_context_overflow', 'ContextLengthError', 'classify_error',
@@ -28,8 +26,6 @@ __all__ = ['ROLES', 'PROVIDER_KINDS', 'STRUCTURED_MODES', 'MIN_CONTEXT_TOKENS', 
            'OpenAIProvider']
 
 # %% ../nbs/02_llm.ipynb #3162e0a5
-ROLES = ('agent', 'judge', 'evolver', 'vision')
-
 @dataclass(frozen=True)
 class LLMResponse:
     "One model reply: text, optional reasoning, token usage and where it came from."
@@ -96,180 +92,6 @@ def reply_json(text:str, # the model's reply
             where(f'the {what} holds no JSON object (starts {text[:60]!r})',
                   'The prompt asks for exactly one JSON object', field=what))
     return obj
-
-# %% ../nbs/02_llm.ipynb #00a11ff6
-class Secret:
-    "A string that never shows itself: `***` in repr/str, refuses pickling; `reveal()` gives the value."
-    __slots__ = ('_value',)
-    def __init__(self, value:str): object.__setattr__(self, '_value', str(value))
-    def reveal(self) -> str: return self._value
-    def __repr__(self): return "Secret('***')"
-    def __str__(self): return '***'
-    def __eq__(self, other): return isinstance(other, Secret) and other._value == self._value
-    def __hash__(self): return hash(('Secret', self._value))
-    def __bool__(self): return bool(self._value)
-    def __copy__(self): return self
-    def __deepcopy__(self, memo): return self
-    def __reduce__(self):
-        raise TypeError('API keys are not serialisable; load them from the environment or .env instead')
-
-# %% ../nbs/02_llm.ipynb #292f9d97
-_KEY_SHAPES = re.compile(r'(sk-[A-Za-z0-9_\-*]{6,}|Bearer\s+\S+)')
-
-def redact(text:str, # any message that may be shown or stored
-           *secrets:Secret|str|None) -> str:
-    "Replace the given secrets and key-shaped tokens in `text` with `***`."
-    for s in secrets:
-        v = s.reveal() if isinstance(s, Secret) else s
-        if v: text = text.replace(v, '***')
-    return _KEY_SHAPES.sub('***', text)
-
-# %% ../nbs/02_llm.ipynb #645934e1
-PROVIDER_KINDS = ('openai', 'deepseek', 'dashscope', 'vllm', 'sim')
-
-def detect_provider_kind(base_url:str, # the endpoint, e.g. https://api.deepseek.com/v1
-                         model:str) -> str: # the model name
-    "Which request dialect an endpoint speaks: 'deepseek', 'dashscope', 'vllm' (an open thinking model served by vLLM, SGLang or llama.cpp), 'sim' or 'openai'."
-    url, m = base_url.lower(), model.lower()
-    if 'deepseek' in url or m.startswith('deepseek'): return 'deepseek'
-    if 'dashscope' in url: return 'dashscope'
-    if m.startswith('sim-'): return 'sim'
-    if re.match(r'(.*/)?(qwen|qwq)', m): return 'vllm'
-    return 'openai'
-
-def thinking_extra_body(kind:str, # a `detect_provider_kind` result
-                        thinking:bool|None) -> dict: # None leaves the provider's default alone
-    "The `extra_body` fields that switch thinking on or off for this provider kind."
-    if thinking is None: return {}
-    if kind == 'deepseek': return {'thinking': {'type': 'enabled' if thinking else 'disabled'}}
-    if kind == 'dashscope': return {'enable_thinking': bool(thinking)}
-    if kind == 'vllm': return {'chat_template_kwargs': {'enable_thinking': bool(thinking)}}
-    return {}
-
-
-# %% ../nbs/02_llm.ipynb #60f7480c
-STRUCTURED_MODES = ('auto', 'on', 'off')
-MIN_CONTEXT_TOKENS = 512
-
-@dataclass(frozen=True)
-class RoleConfig:
-    "Everything a provider needs for one role; the API key stays out of repr, str and `to_dict`."
-    model: str # model name sent to the endpoint
-    base_url: str # OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1
-    api_key: Secret|None = field(default=None, repr=False, compare=False) # wrapped into a `Secret`
-    role: str = 'agent' # which role this config serves (telemetry and error messages)
-    timeout_s: float = 120.0 # hard limit on one HTTP attempt
-    max_retries: int = 4 # retries after the first attempt
-    concurrency: int = 8 # in-flight requests allowed per endpoint (shared by providers with this base_url)
-    thinking: bool|None = None # provider thinking switch; None = endpoint default
-    provider_kind: str|None = None # thinking dialect; None = detected from base_url/model
-    prices: tuple[float,float]|None = None # USD per million (input, output) tokens; None = the `PRICES` table
-    backoff_base_s: float = 1.0 # first retry waits about this long
-    backoff_max_s: float = 30.0 # cap of the exponential backoff
-    breaker_threshold: int = 5 # consecutive failed calls that open the breaker
-    breaker_cooldown_s: float = 30.0 # how long the breaker stays open before a probe
-    structured: str = 'auto' # send the reply's JSON schema: 'auto' (probe once per endpoint), 'on' or 'off'
-    context_tokens: int|None = None # the model's context window as this role may use it; None = no budget
-    max_tokens: int|None = None # reply length cap sent when a call sets none
-
-    def __post_init__(self):
-        if self.api_key is not None and not isinstance(self.api_key, Secret):
-            object.__setattr__(self, 'api_key', Secret(self.api_key))
-        for name, ok in (('timeout_s', self.timeout_s
-                          > 0), ('max_retries', self.max_retries
-                                 >= 0), ('concurrency', self.concurrency
-                                         >= 1), ('breaker_threshold', self.breaker_threshold
-                                                 >= 1), ('backoff_base_s', self.backoff_base_s >= 0)):
-            if not ok:
-                raise ConfigError(
-                    where(f'RoleConfig.{name} is out of range', 'Use a positive timeout, concurrency and threshold',
-                          role=self.role, got=getattr(self, name)))
-        for name, ok, need in (('structured', self.structured in STRUCTURED_MODES, 'one of auto, on, off'),
-                               ('provider_kind', self.provider_kind
-                                in (None, *PROVIDER_KINDS), f'one of {", ".join(PROVIDER_KINDS)}'),
-                               ('context_tokens', self.context_tokens is None
-                                or self.context_tokens >= MIN_CONTEXT_TOKENS, f'at least {MIN_CONTEXT_TOKENS}'),
-                               ('max_tokens', self.max_tokens is None or 1 <= self.max_tokens <
-                                (self.context_tokens or 2**62), 'at least 1 and below context_tokens')):
-            if not ok:
-                raise ConfigError(
-                    where(f'RoleConfig.{name} must be {need}', f'Fix {role_env_name(self.role, name.upper())}',
-                          role=self.role, got=getattr(self, name)))
-
-    @property
-    def kind(self) -> str:
-        "The provider kind used for thinking switches."
-        return self.provider_kind or detect_provider_kind(self.base_url, self.model)
-
-    def to_dict(self) -> dict:
-        "The settings as plain data, safe to store: the key is replaced by `has_api_key`."
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != 'api_key'}
-        return {**d, 'has_api_key': bool(self.api_key)}
-
-# %% ../nbs/02_llm.ipynb #0f5b3ce9
-_TRUE, _FALSE = ('1', 'true', 'yes', 'on', 'enabled'), ('0', 'false', 'no', 'off', 'disabled')
-
-def role_env_name(role:str, key:str) -> str:
-    "The environment variable for `key` of `role`, e.g. TREETRM_JUDGE_MODEL."
-    return f'TREETRM_{role.upper()}_{key}'
-
-def _default_dotenv() -> Path:
-    try: return project_root()/'.env'
-    except ConfigError: return Path.cwd()/'.env'
-
-def read_settings(env:dict|None=None, # variables that win (default: os.environ)
-                  dotenv_path:str|Path|None=None) -> dict: # a .env file (default: the project root's, if any)
-    "Merge a `.env` file under the environment, without touching `os.environ`."
-    path = Path(dotenv_path) if dotenv_path else _default_dotenv()
-    if dotenv_path and not path.exists():
-        raise ConfigError(where('.env file not found', 'Check the path or leave dotenv_path unset', file=path))
-    file_vars = {k: v for k, v in dotenv_values(path).items() if v is not None} if path.exists() else {}
-    return {**file_vars, **(os.environ if env is None else env)}
-
-# %% ../nbs/02_llm.ipynb #c25edc66
-def _parse_setting(name:str, raw:str, cast, ok=lambda v: True, need:str=''):
-    try: v = cast(raw.strip())
-    except ValueError: v = None
-    if v is None or not ok(v):
-        raise ConfigError(where(f'{name} must be {need}', f'Fix {name} in the environment or .env', got=repr(raw)))
-    return v
-
-def _parse_bool(raw:str) -> bool:
-    v = raw.lower()
-    if v in _TRUE: return True
-    if v in _FALSE: return False
-    raise ValueError(raw)
-
-_OPTIONAL = {
-    'TIMEOUT': ('timeout_s', float, lambda v: v > 0, 'a positive number of seconds'),
-    'CONCURRENCY': ('concurrency', int, lambda v: v >= 1,
-                    'an integer >= 1'), 'MAX_RETRIES': ('max_retries', int, lambda v: v >= 0, 'an integer >= 0'),
-    'THINKING': ('thinking', _parse_bool, lambda v: True, 'true or false'),
-    'STRUCTURED': ('structured', str.lower, lambda v: v in STRUCTURED_MODES, 'auto, on or off'),
-    'CONTEXT_TOKENS': ('context_tokens', int, lambda v: v >= MIN_CONTEXT_TOKENS, f'an integer >= {MIN_CONTEXT_TOKENS}'),
-    'MAX_TOKENS': ('max_tokens', int, lambda v: v >= 1, 'an integer >= 1'),
-    'PROVIDER_KIND': ('provider_kind', str.lower, lambda v: v in PROVIDER_KINDS, f'one of {", ".join(PROVIDER_KINDS)}')
-}
-
-# %% ../nbs/02_llm.ipynb #f18e717b
-def load_role_config(role:str, # one of ROLES
-                     env:dict|None=None, # variables that win over .env (default: os.environ)
-                     dotenv_path:str|Path|None=None, # .env file (default: the project root's, if any)
-                     **overrides) -> RoleConfig: # other RoleConfig fields, e.g. backoff_base_s
-    "Build the `RoleConfig` for `role` from TREETRM_<ROLE>_* variables in the environment and .env."
-    if role not in ROLES: raise ConfigError(where(f'unknown role {role!r}', f'Use one of {", ".join(ROLES)}'))
-    vals = read_settings(env, dotenv_path)
-    get = lambda key: (vals.get(role_env_name(role, key)) or '').strip() or None
-    for key in ('MODEL', 'BASE_URL'):
-        if not get(key):
-            raise ConfigError(
-                where(f'no {key.lower()} configured for role {role}',
-                      f'Set {role_env_name(role, key)} in the environment or .env', var=role_env_name(role, key)))
-    opts = {
-        attr: _parse_setting(role_env_name(role, k), get(k), cast, ok, need)
-        for k, (attr, cast, ok, need) in _OPTIONAL.items() if get(k)
-    }
-    return RoleConfig(get('MODEL'), get('BASE_URL'), api_key=get('API_KEY'), role=role, **{**opts, **overrides})
 
 # %% ../nbs/02_llm.ipynb #183e1415
 PRICES: dict[str, tuple[float, float]] = {}
@@ -473,12 +295,11 @@ class MalformedReply(Exception):
 
 _RETRY_STATUS = {408, 409, 429}
 FORMAT_REFUSED = 'response_format refused'
-_OVERFLOW = re.compile(
-    r'context (length|window|size)|context_length|maximum (input|model) length|too many tokens|prompt is too long|n_ctx',
-    re.I)
+_OVERFLOW = re.compile(r'context (length|window|size)|context_length|maximum (input|model) length'
+                       r'|too many tokens|prompt is too long|n_ctx', re.I)
 
 def is_context_overflow(message:str) -> bool:
-    "Whether an endpoint's error message says the request does not fit the model's context (vLLM, SGLang, llama.cpp, OpenAI wordings)."
+    "Whether an endpoint's error message says the request does not fit the model's context."
     return bool(_OVERFLOW.search(message or ''))
 
 class ContextLengthError(InfraError):
@@ -490,10 +311,10 @@ def classify_error(e:BaseException) -> tuple[bool, float|None, str]:
         code = e.status_code
         if code < 500 and is_context_overflow(str(e)):
             return False, None, f'context length exceeded (HTTP {code}): {str(e)[:200]}'
-        if code in (400, 422, 500) and 'response_format' in str(e):
-            return False, None, f'{FORMAT_REFUSED} (HTTP {code}): {str(e)[:200]}'  # llama-cpp-python answers 500 to a format it does not know
-        return code in _RETRY_STATUS or code >= 500, parse_retry_after(
-            e.response.headers), f'HTTP {code}: {str(e)[:160]}'
+        if code in (400, 422, 500) and 'response_format' in str(e):  # llama-cpp-python answers 500 to such a format
+            return False, None, f'{FORMAT_REFUSED} (HTTP {code}): {str(e)[:200]}'
+        retryable = code in _RETRY_STATUS or code >= 500
+        return retryable, parse_retry_after(e.response.headers), f'HTTP {code}: {str(e)[:160]}'
     if isinstance(e, (openai.APITimeoutError, TimeoutError)): return True, None, 'timeout'
     if isinstance(e, openai.APIConnectionError): return True, None, f'connection error: {str(e)[:120]}'
     if isinstance(e, (json.JSONDecodeError, openai.APIResponseValidationError)):
@@ -548,7 +369,7 @@ _FORMAT_SUPPORT: dict[tuple[str, str], str] = {}  # (endpoint, model) -> the dia
 _PROBE_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def structured_dialect(base_url:str, model:str) -> str|None:
-    "The reply-format dialect learnt for an endpoint and model ('json_schema', 'json_object', 'none'), None before the first probe."
+    "The reply-format dialect learnt for an endpoint and model ('json_schema', 'json_object', 'none'), else None."
     return _FORMAT_SUPPORT.get((base_url.rstrip('/'), model))
 
 # %% ../nbs/02_llm.ipynb #afbc08fb
@@ -672,7 +493,9 @@ async def _failed(self:OpenAIProvider, f:_CallFailed, call_id:str, t0:float) -> 
             redact(
                 where(
                     "the request does not fit the model's context window",
-                    f'Set {role_env_name(self.role, "CONTEXT_TOKENS")} to the context the server gives (the agent then elides old tool outputs), or serve a longer context (llama.cpp --n_ctx, vLLM --max-model-len)',
+                    f'Set {role_env_name(self.role, "CONTEXT_TOKENS")} to the context the server gives '
+                    '(the agent then elides old tool outputs), '
+                    'or serve a longer context (llama.cpp --n_ctx, vLLM --max-model-len)',
                     role=self.role, model=self.model, endpoint=self.config.base_url, run_id=self.run_id, error=f.error),
                 self.config.api_key))
     return self._infra_error(f'LLM call failed after {f.attempts} attempt(s)',
@@ -724,8 +547,8 @@ async def _send(self: OpenAIProvider, messages, temperature, max_tokens, seed,
             try:
                 r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, fmt))
             except _CallFailed as f:
-                refused = f.how == 'rejected' and not f.overflow and (f.status in (400, 422)
-                                                                      or f.error.startswith(FORMAT_REFUSED))
+                said_no = f.status in (400, 422) or f.error.startswith(FORMAT_REFUSED)
+                refused = f.how == 'rejected' and not f.overflow and said_no
                 if i == len(tries) - 1 or not refused:
                     f.attempts += spent
                     raise
@@ -737,13 +560,15 @@ async def _send(self: OpenAIProvider, messages, temperature, max_tokens, seed,
 @patch
 async def chat(self:OpenAIProvider, messages:list[dict], *, temperature:float=0.0, max_tokens:int|None=None,
                seed:int|None=None, response_format:dict|None=None, images:list|None=None) -> LLMResponse:
-    "One chat call: cache, breaker, reply-format dialect, retries with backoff, telemetry; `InfraError` when it cannot be answered."
+    "One chat call: cache, breaker, reply format, retries with backoff, telemetry; `InfraError` when unanswerable."
     call_id, t0 = uuid.uuid4().hex, time.monotonic()
     max_tokens = self.config.max_tokens if max_tokens is None else max_tokens
     if self.config.structured == 'off': response_format = None
-    key = None if self.cache is None else cache_key(self.model, messages, temperature, max_tokens, seed,
-                                                    response_format, tuple(image_digest(i)
-                                                                           for i in images or ()), self.config.thinking)
+    key = None
+    if self.cache is not None:
+        digests = tuple(image_digest(i) for i in images or ())
+        key = cache_key(self.model, messages, temperature, max_tokens, seed, response_format, digests,
+                        self.config.thinking)
     if key and (hit := self.cache.get(key)):
         await self._emit(call_id=call_id, status='cache_hit', cache_hit=True, **hit.usage)
         return hit

@@ -65,7 +65,7 @@ class RealismParams:
     guess_beta: tuple = (0.15, 0.3) # Beta prior of the probability of a right answer without the evidence
     side_effect_share: float = 0.5 # share of rules that also move another evidence class, the other way
     side_ratio: tuple = (0.2, 0.6) # size of that side effect relative to the main one
-    informativeness: float = 2.0  # evolver: how strongly proposals lean towards rules that would rescue the failures shown
+    informativeness: float = 2.0  # evolver: how strongly proposals lean towards rules rescuing the failures shown
 
     def __post_init__(self):
         mixture_components(self.effects)
@@ -108,7 +108,7 @@ def _bisect(f, lo:float, hi:float, iters:int=60) -> float:
 def flip_rate(p) -> float: return float(np.mean(2 * p * (1 - p)))
 
 def calibrate_reach(z, slip, guess, accuracy:float, flips:float) -> tuple[float, float]:
-    "(mu, sigma) of the reach logits giving the seed skills `accuracy` and two runs disagreeing on `flips` of the answers."
+    "(mu, sigma) of the reach logits giving seed skills `accuracy`, with two runs disagreeing on a `flips` share."
     mu_for = lambda sigma: _bisect(lambda mu: float(np.mean(seed_probabilities(z, slip, guess, mu, sigma))) - accuracy,
                                    -30, 30)
     rate = lambda sigma: flip_rate(seed_probabilities(z, slip, guess, mu_for(sigma), sigma))
@@ -116,7 +116,8 @@ def calibrate_reach(z, slip, guess, accuracy:float, flips:float) -> tuple[float,
     if not lo <= flips <= hi:
         raise ConfigError(
             where(
-                f'flip_rate {flips} cannot be reached at seed accuracy {accuracy}: this world allows {lo:.3f} to {hi:.3f}',
+                f'flip_rate {flips} cannot be reached at seed accuracy {accuracy}: '
+                f'this world allows {lo:.3f} to {hi:.3f}',
                 'Choose a flip_rate in that range, or change slip / guess_beta', field='flip_rate'))
     sigma = _bisect(lambda s: flips - rate(s), 0.0, 20.0)
     return mu_for(sigma), sigma
@@ -148,7 +149,7 @@ def rule_reach_effect(rule:dict, # a realistic rule of world.json
                       cls:str, # the question's evidence class
                       w:float # the question's jitter for this rule
                      ) -> float:
-    "The rule's signed effect on reaching one question's evidence when followed: > 0 rescues, < 0 blocks, capped at 0.95."
+    "A followed rule's signed effect on reaching one question's evidence: > 0 rescues, < 0 blocks, capped at 0.95."
     if cls in rule['scope']: mag, sign = rule['strength'], rule['sign']
     elif cls == rule.get('side_class'): mag, sign = rule['strength'] * rule['side_ratio'], -rule['sign']
     else: return 0.0
@@ -224,7 +225,7 @@ def _type_arrays(ids:list[str], evidence:dict, models:dict, seed:int, rule:dict)
 
 def realistic_rules(task_type:str, slug:str, key:str, # the type, its file slug and key noun
                     evidence:dict, models:dict, seed:int, p:RealismParams) -> list[dict]:
-    "The type's candidate rules: text, where they act, strength calibrated to a target drawn from the mixture, exact effect."
+    "The type's candidate rules: text, scope, strength calibrated to a target drawn from the mixture, exact effect."
     ids = sorted(q for q, e in evidence.items() if e['task_type'] == task_type)
     classes = sorted({evidence[q]['class'] for q in ids})
     rng = random.Random(stable_seed(seed, 'realism', task_type))
@@ -253,7 +254,7 @@ def draw_answer(q:dict, # the question's model: reach, slip, guess
                 effects:list[tuple[float, float]], # from `rule_effects`
                 rng:random.Random # the run's stream for this question
                ) -> dict:
-    "One run's draws for one question: which rules were followed, whether the evidence was reached, whether the answer is right."
+    "One run's draws for one question: which rules were followed, was the evidence reached, is the answer right."
     followed = [rng.random() < f for f, _ in effects]
     rescued = any(on and e > 0 and rng.random() < e for on, (_, e) in zip(followed, effects))
     blocked = any(on and e < 0 and rng.random() < -e for on, (_, e) in zip(followed, effects))

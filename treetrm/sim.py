@@ -95,8 +95,7 @@ def make_world(
     seed: int = 0,  # world seed: same seed, same bytes
     n_videos: int = 50,  # videos to generate
     questions_per_video: dict | None = None,  # task type -> questions per video (default QUESTIONS_PER_VIDEO)
-    profile:
-    str = 'easy',  # 'easy' (large, clean rule effects: the demo) or 'realistic' (small noisy effects, `treetrm.realism`)
+    profile: str = 'easy',  # 'easy' (large clean rule effects: the demo) or 'realistic' (small noisy effects)
     realism: dict | None = None  # realistic profile: `RealismParams` settings (effects, flip_rate, n_rules, ...)
 ) -> Path:
     "Write a planted-truth world: trees/<videoID>/tree.json, questions.jsonl and world.json."
@@ -196,7 +195,7 @@ _DEMO_DIR: list = []
 _RESOLVED: dict = {}
 
 def world_key(d:Path) -> str:
-    "The resolved path of a world folder, the key of the per-process world caches (resolved once per spelling and working folder)."
+    "The resolved path of a world folder, the key of the per-process world caches (resolved once per spelling and cwd)."
     s = str(d) if d.is_absolute() else (os.getcwd(), str(d))
     if s not in _RESOLVED: _RESOLVED[s] = str(d.resolve())
     return _RESOLVED[s]

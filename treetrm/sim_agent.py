@@ -358,7 +358,9 @@ def seen_answer(c:Conversation, # the conversation so far
 # %% ../nbs/03a_sim_agent.ipynb #3f0bd6bf
 def _option_views(c:Conversation, answer:str|None) -> dict:
     "Letter -> a one-phrase assessment of each option."
-    say = lambda o: 'supported by an opened node' if o == answer else 'not supported by any opened node' if answer else 'unknown so far'
+    def say(option):
+        if option == answer: return 'supported by an opened node'
+        return 'not supported by any opened node' if answer else 'unknown so far'
     return {l: say(o) for l, o in zip(c.question.letters, c.question.options)}
 
 def _reflect(c:Conversation, answer:str|None, b:set) -> dict:
@@ -373,10 +375,12 @@ def _reflect(c:Conversation, answer:str|None, b:set) -> dict:
     return r
 
 def _plan_text(action:tuple|None, b:set) -> str:
+    short = 'plan_in_one_line' in b
     if action is None:
-        return 'Submit the answer.' if 'plan_in_one_line' in b else 'Submit the answer with the nodes that support it; nothing else is worth a step.'
+        if short: return 'Submit the answer.'
+        return 'Submit the answer with the nodes that support it; nothing else is worth a step.'
     what = f'call {action[0]} on {next(iter(action[1].values()))}'
-    return what if 'plan_in_one_line' in b else f'Next I {what}. Then I check what it shows against every option before deciding.'
+    return what if short else f'Next I {what}. Then I check what it shows against every option before deciding.'
 
 def _submit_args(c:Conversation, answer:str|None, rng:random.Random, b:set) -> tuple[dict, str]:
     "submit_answer arguments: the option seen, else a uniform guess."

@@ -83,13 +83,17 @@ def true_diagnosis(world:dict, # a parsed world.json
     unmet = [c for c in ev['requires'] if not b & set(c)]
     traps = [t for t in ev['hidden_by'] if t in b]
     if unmet:
-        tier, kind, adherence, cause = 'T2', 'missed_evidence', 'followed', f'the skill has no strategy that reaches the evidence; a rule for {" or ".join(unmet[0])} would'
+        tier, kind, adherence = 'T2', 'missed_evidence', 'followed'
+        cause = f'the skill has no strategy that reaches the evidence; a rule for {" or ".join(unmet[0])} would'
     elif traps:
-        tier, kind, adherence, cause = 'T2', 'insufficient_evidence', 'followed', f'a rule in the skill ({traps[0]}) keeps the agent away from the evidence'
+        tier, kind, adherence = 'T2', 'insufficient_evidence', 'followed'
+        cause = f'a rule in the skill ({traps[0]}) keeps the agent away from the evidence'
     elif missed:
-        tier, kind, adherence, cause = 'T1', 'skill_not_followed', 'partial', 'the skill reaches the evidence but the agent did not open it'
+        tier, kind, adherence = 'T1', 'skill_not_followed', 'partial'
+        cause = 'the skill reaches the evidence but the agent did not open it'
     else:
-        tier, kind, adherence, cause = 'T1', 'reasoning_error', 'followed', 'the agent saw the evidence and still chose a wrong option'
+        tier, kind, adherence = 'T1', 'reasoning_error', 'followed'
+        cause = 'the agent saw the evidence and still chose a wrong option'
     return {'tier': tier, 'error_type': kind, 'cause': cause, 'missed_nodes': missed, 'skill_adherence': adherence,
             'evolution_target': ctx.get('skill_file') or f'{_slug(ev["task_type"])}.md', 'confidence': 0.9}
 
@@ -143,7 +147,8 @@ def propose_edit(world:dict, # a parsed world.json
     if not kinds: return {'target': ctx.get('target'), 'ops': [], 'rationale': 'no change'}
     kind = rng.choices(kinds, [probs[k] for k in kinds])[0]
     rule = rng.choice(cands[kind])
-    why = f'{len(ctx.get("failures") or [])} recent {ctx.get("task_type")} failures suggest the strategy needs this step'
+    n_failures = len(ctx.get("failures") or [])
+    why = f'{n_failures} recent {ctx.get("task_type")} failures suggest the strategy needs this step'
     return {
         'target': ctx.get('target'),
         'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': f'- {rule["text"]}'}], 'rationale': why
@@ -193,13 +198,13 @@ class SimEvolver:
     p_helpful: float = 0.5 # probability of a helpful rule
     p_neutral: float = 0.3 # probability of a neutral rule
     p_trap: float = 0.2 # probability of a trap rule
-    informativeness: float | None = None  # realistic worlds: lean towards rules relevant to the failures (None: the world's setting)
+    informativeness: float | None = None  # lean towards rules relevant to the failures; None: the world's setting
     model: str = 'sim-evolver'
     latency_s: float = 0.0 # seconds to wait before answering
 
     async def chat(self, messages, *, temperature=0.0, max_tokens=None, seed=None, response_format=None,
                    images=None) -> LLMResponse:
-        "The reply to the request in the last user message: an Edit JSON (evolve, prompt_edit) or guidance JSON (momentum)."
+        "The reply to the last user message's request: an Edit JSON (evolve, prompt_edit) or guidance JSON (momentum)."
         ctx, world = request_context(messages, self.model), load_world(self.world_dir)
         rng = request_rng(messages, self.model, stable_seed(self.seed, seed))
         probs = {'helpful': self.p_helpful, 'neutral': self.p_neutral, 'trap': self.p_trap}

@@ -60,9 +60,12 @@ def mentions(text:str, # any text
 # %% ../nbs/02c_sim_video.ipynb #9f69b324
 _HELPFUL_TEXT = {
     'scan_all_scenes': 'Look through every scene of the video, not only the scenes whose summary mentions {key}.',
-    'open_all_l3': 'Open the keyframes of every event in a relevant scene, even when the event description does not mention {key}.',
-    'compare_timestamps': 'When the event ends its scene, compare time ranges and check the first event of the next scene.',
-    'read_subtitles': 'Read the subtitles of each scene as well as its summary, since {key} is often named only in speech.'
+    'open_all_l3': ('Open the keyframes of every event in a relevant scene, '
+                    'even when the event description does not mention {key}.'),
+    'compare_timestamps': ('When the event ends its scene, '
+                           'compare time ranges and check the first event of the next scene.'),
+    'read_subtitles': ('Read the subtitles of each scene as well as its summary, '
+                       'since {key} is often named only in speech.')
 }
 _TRAP_TEXT = {
     'stop_at_first_l2': 'Stop exploring at the first event that mentions {key} and answer from it.',
@@ -75,13 +78,13 @@ _NEUTRAL_TEXT = {
     'plan_in_one_line': 'Keep each plan to a single short line.'}
 
 TYPE_RULES = {  # task type -> (key noun for rule texts, helpful behaviours, trap behaviours)
-    'Counting Problem': ('the object', ('open_all_l3', 'scan_all_scenes'), ('stop_at_first_l2',
-                                                                            'count_events_not_frames')),
-    'OCR Problems': ('the sign or text carrier', ('open_all_l3', 'scan_all_scenes'), ('skip_l3_frames',
-                                                                                      'trust_l1_summary')),
+    'Counting Problem': ('the object', ('open_all_l3', 'scan_all_scenes'),
+                         ('stop_at_first_l2', 'count_events_not_frames')),
+    'OCR Problems': ('the sign or text carrier', ('open_all_l3', 'scan_all_scenes'),
+                     ('skip_l3_frames', 'trust_l1_summary')),
     'Attribute Perception': ('the object', ('open_all_l3', 'scan_all_scenes'), ('skip_l3_frames', 'trust_l1_summary')),
-    'Temporal Reasoning': ('the person', ('compare_timestamps', 'scan_all_scenes'), ('stop_at_first_l2',
-                                                                                     'trust_l1_summary')),
+    'Temporal Reasoning': ('the person', ('compare_timestamps', 'scan_all_scenes'),
+                           ('stop_at_first_l2', 'trust_l1_summary')),
     'Action Recognition': ('the person', ('scan_all_scenes', 'read_subtitles'), ('trust_l1_summary', )),
     'Object Recognition': ('the person', ('scan_all_scenes', 'read_subtitles'), ('skip_l3_frames', 'trust_l1_summary')),
     'Information Synopsis': ('the theme', ('scan_all_scenes', 'read_subtitles'), ('stop_at_first_l2', ))
