@@ -3,6 +3,7 @@ import asyncio
 import polars as pl
 import pytest
 from treetrm.core import BudgetError, CallBudget
+from treetrm.log import FINAL_TEST, TrainRunId
 from treetrm.loop_bench import GRID_TYPES, DEFAULT_GRID_SPLIT
 from treetrm.runner import Runner
 from treetrm.calls import CALL_BUDGET
@@ -22,7 +23,7 @@ def world(tmp_path_factory):
     return make_world(tmp_path_factory.mktemp('budget')/'world', seed=2, n_videos=16, profile='realistic', questions_per_video=GRID_TYPES)
 
 def _training_calls(r, rid):
-    return r.run_calls(rid).filter(~pl.col('run_id').str.ends_with('_final_test'))
+    return r.run_calls(rid).filter(~pl.col('run_id').str.ends_with(FINAL_TEST))
 
 @pytest.mark.parametrize('limit', [137, 450])
 def test_budget_binds_every_role(tmp_path, world, limit):
@@ -34,7 +35,7 @@ def test_budget_binds_every_role(tmp_path, world, limit):
     spent = [d for d in res.state.decisions if d['kind'] == 'budget']
     assert len(spent) == 1 and spent[0]['decision'] == 'spent' and spent[0]['calls'] == limit
     assert res.metrics['delivered_version'] == res.state.skills_current  # deliver='current'
-    assert r.log.predictions(f'{res.internal_run_id}_final_test').height == len(r.pool('test'))  # the final test is outside the budget
+    assert r.log.predictions(TrainRunId(res.internal_run_id).final_test()).height == len(r.pool('test'))  # the final test is outside the budget
     again = asyncio.run(r.train('b', acceptance='greedy'))
     assert again.resumed_finished and _training_calls(r, res.internal_run_id).height == limit
 

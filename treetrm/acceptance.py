@@ -137,8 +137,8 @@ async def _paired_runs(runner:Workspace, req:GateRequest, units_of:dict, arm:str
     with materialised_candidates(req.candidates, runner.skills.path(req.base_version),
                                  candidates_root(runner.workspace, f'{req.gate_id}_{arm}')) as dirs:
         base_dir = runner.skills.path(req.base_version)
-        jobs = [(t, u, asyncio.ensure_future(asyncio.gather(one(u, 'base', base_dir), one(u, arm, dirs[t])))) for t,
-                us in units_of.items() for u in us]
+        jobs = [(t, u, asyncio.ensure_future(asyncio.gather(one(u, 'base', base_dir), one(u, arm, dirs[t]))))
+                for t, us in units_of.items() for u in us]
         try: await asyncio.gather(*(j for _, _, j in jobs))
         finally:  # a failure (a spent budget) cancels the rest: no task outlives the rule
             for _, _, j in jobs: j.cancel()

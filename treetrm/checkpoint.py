@@ -152,7 +152,8 @@ def check_structural(stored:dict, # the parts in the checkpoint
     raise ConfigError(
         where(
             f'cannot resume: the run differs from its checkpoint in {"; ".join(_diff(stored, expected))}',
-            'Resume with the original data, pools and settings, or pass fresh=True to archive the old run and start again',
+            'Resume with the original data, pools and settings, '
+            'or pass fresh=True to archive the old run and start again',
             file=file))
 
 # %% ../nbs/15_checkpoint.ipynb #8114d53d

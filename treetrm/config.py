@@ -36,29 +36,35 @@ def _optional(check:Callable) -> Callable: return lambda v: v is None or check(v
 def _flag(v) -> bool: return isinstance(v, bool)
 
 TRAIN_CHECKS = (  # key, holds when, what is allowed
-    ('epochs', _whole(1), 'a whole number ≥ 1'), ('acceptance', lambda v:
-                                                  (isinstance(v, str) and v in ACCEPTANCE_RULES) or callable(v),
-                                                  f'one of {ACCEPTANCE_RULES} or a callable'),
-    ('cooldown_steps', _whole(0), 'a whole number ≥ 0'), ('probation_rounds', _whole(1), 'a whole number ≥ 1'),
-    ('patience', _whole(1), 'a whole number ≥ 1'), ('gamma', _share(), 'a number in [0, 1]'), ('p_low', _share(),
-                                                                                               'a number in [0, 1]'),
-    ('p_high', _share(), 'a number in [0, 1]'), ('min_ladder_units', _whole(1), 'a whole number ≥ 1'),
-    ('probation_share', _optional(_share(high_open=True)),
-     'a number in [0, 1) or None'), ('ladder_cap', _optional(_whole(1)),
-                                     'a whole number ≥ 1 or None'), ('max_steps', _whole(1), 'a whole number ≥ 1'),
-    ('infra_guard', _share(), 'a number in [0, 1]'), ('gate_guard_err', _share(),
-                                                      'a number in [0, 1]'), ('momentum', _flag, 'True or False'),
-    ('max_agent_calls', _optional(_whole(1)),
-     'a whole number ≥ 1 or None'), ('prompt_edit', _flag, 'True or False'), ('max_calls', _optional(
-         _whole(1)), 'a whole number ≥ 1 or None'), ('deliver', lambda v: v in DELIVER, f'one of {DELIVER}'),
-    ('probation_evidence', lambda v: v in PROBATION_EVIDENCE,
-     f'one of {PROBATION_EVIDENCE}'), ('futility', _flag, 'True or False'), ('calibrate', _flag, 'True or False'),
-    ('reuse_base', _flag, 'True or False'), ('open_probations', lambda v: v in OPEN_PROBATIONS,
-                                             f'one of {OPEN_PROBATIONS}'),
+    ('epochs', _whole(1), 'a whole number ≥ 1'),
+    ('acceptance', lambda v: (isinstance(v, str) and v in ACCEPTANCE_RULES) or callable(v),
+     f'one of {ACCEPTANCE_RULES} or a callable'),
+    ('cooldown_steps', _whole(0), 'a whole number ≥ 0'),
+    ('probation_rounds', _whole(1), 'a whole number ≥ 1'),
+    ('patience', _whole(1), 'a whole number ≥ 1'),
+    ('gamma', _share(), 'a number in [0, 1]'),
+    ('p_low', _share(), 'a number in [0, 1]'),
+    ('p_high', _share(), 'a number in [0, 1]'),
+    ('min_ladder_units', _whole(1), 'a whole number ≥ 1'),
+    ('probation_share', _optional(_share(high_open=True)), 'a number in [0, 1) or None'),
+    ('ladder_cap', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
+    ('max_steps', _whole(1), 'a whole number ≥ 1'),
+    ('infra_guard', _share(), 'a number in [0, 1]'),
+    ('gate_guard_err', _share(), 'a number in [0, 1]'),
+    ('momentum', _flag, 'True or False'),
+    ('max_agent_calls', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
+    ('prompt_edit', _flag, 'True or False'),
+    ('max_calls', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
+    ('deliver', lambda v: v in DELIVER, f'one of {DELIVER}'),
+    ('probation_evidence', lambda v: v in PROBATION_EVIDENCE, f'one of {PROBATION_EVIDENCE}'),
+    ('futility', _flag, 'True or False'),
+    ('calibrate', _flag, 'True or False'),
+    ('reuse_base', _flag, 'True or False'),
+    ('open_probations', lambda v: v in OPEN_PROBATIONS, f'one of {OPEN_PROBATIONS}'),
     ('temperature', lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real) and 0 <= v <= 2,
-     'a number in [0, 2]'), ('batch', lambda v: isinstance(v, BatchParams),
-                             'BatchParams (or a dict of its fields)'), ('gate', lambda v: isinstance(v, GateParams),
-                                                                        'GateParams (or a dict of its fields)'))
+     'a number in [0, 2]'),
+    ('batch', lambda v: isinstance(v, BatchParams), 'BatchParams (or a dict of its fields)'),
+    ('gate', lambda v: isinstance(v, GateParams), 'GateParams (or a dict of its fields)'))
 
 TRAIN_RELATIONS = (  # key, holds when, what is required
     ('p_low', lambda c: c.p_low < c.p_high,
@@ -92,22 +98,22 @@ class TrainConfig:
     p_low: float = 0.02 # warm ladders drop units with p̂ below this
     p_high: float = 0.98 # ... and above this
     min_ladder_units: int = 60 # task types with fewer validation units are not gated
-    probation_share: float | None = None  # share of each gated type's validation units held out of the gate for snapshot probations (None: 1/3 with snapshot, 0 with fresh)
+    probation_share: float | None = None  # units held out for snapshot probations (None: 1/3 if snapshot, else 0)
     ladder_cap: int|None = None # the gate consumes at most this many units (None: the whole ladder)
     max_steps: int = 15 # agent tool budget per question
     infra_guard: float = 0.2 # a rollout with a larger INFRA share stops the run
     gate_guard_err: float = 0.2 # a gate round with a larger INFRA share aborts
     momentum: bool = True # slow momentum guidance at each epoch end
     max_agent_calls: int|None = None # no new step once the training's agent calls reach this (None: no budget)
-    prompt_edit: bool = False  # at each epoch end, one system-prompt edit kept only if its validation run R2 is not worse than R
-    max_calls: int | None = None  # hard budget: training's model calls of every role; the call past it is never made, training stops mid-step
-    deliver: str = 'best'  # what training delivers: 'best' (highest validation accuracy at an epoch end) or 'current' (the rule's last state)
-    probation_evidence: str = 'auto'  # a probation's evidence at each epoch end: 'fresh' (a fresh anchor draw vs R on all the type's units; needs an agent that samples), 'snapshot' (held-out units, pre-edit answers vs R), or 'auto' (fresh when the agent samples)
-    futility: bool = True  # stop an edit below the smallest effect the pool can confirm (unless gate.min_effect_q is set)
+    prompt_edit: bool = False  # one system-prompt edit per epoch end, kept if its run R2 is not worse than R
+    max_calls: int | None = None  # hard budget on training's model calls (all roles); stops mid-step
+    deliver: str = 'best'  # 'best' (highest validation accuracy at an epoch end) or 'current' (the rule's last state)
+    probation_evidence: str = 'auto'  # 'fresh' (a new anchor draw vs R), 'snapshot' (held-out units) or 'auto'
+    futility: bool = True  # stop an edit below the smallest effect the pool can confirm (unless gate.min_effect_q)
     calibrate: bool = True # confirm at the exact threshold for the type's evidence cap instead of 1/alpha
-    reuse_base: bool = True  # base-arm outcomes keyed by what the agent reads, paid once a run (False: once per skills/prompts version)
-    open_probations: str = 'revert'  # an edit still provisional when training ends: 'revert' (its evidence ended unconfirmed) or 'keep'
-    temperature: float = 0.0  # the agent's sampling temperature in the run's own inference (rollouts, gates, R, final test)
+    reuse_base: bool = True  # base-arm outcomes paid once a run, keyed by what the agent reads (False: per version)
+    open_probations: str = 'revert'  # an edit still provisional at the end: 'revert' (unconfirmed) or 'keep'
+    temperature: float = 0.0  # the agent's sampling temperature in the run's own inference (rollouts, gates, R, test)
 
     def __post_init__(self): check_table(self, TRAIN_CHECKS, TRAIN_RELATIONS)
 
@@ -120,7 +126,7 @@ class TrainConfig:
         }
 
 def _section(cls, raw, name:str):
-    "A `BatchParams`/`GateParams` from a dict of some of its fields over `TrainConfig`'s default; unknown or bad fields named as `name.field`."
+    "A `BatchParams`/`GateParams` from some of its fields over `TrainConfig`'s default; bad fields named `name.field`."
     if not isinstance(raw, dict): return raw  # the table says what is allowed
     if unknown := sorted(set(raw) - {f.name for f in fields(cls)}):
         raise ConfigError(
@@ -219,15 +225,13 @@ def runner_config(
     return load_config(config)
 
 STAGE_PARAMETERS = {  # a stage notebook's parameter -> the dotted config key it sets
-    'skill_mode': 'skill_mode', 'split_seed': 'split.seed', **{k: f'split.{k}'
-                                                               for k in SPLIT_KEYS if k != 'seed'}, **{
-        k: f'train.{k}'
-        for k in ('epochs', 'acceptance', 'patience', 'probation_share', 'min_ladder_units', 'ladder_cap', 'max_calls', 'deliver', 'momentum')
-    }, **{k: f'train.batch.{k}'
-          for k in ('batch_size', 'min_class', 'correct_ratio')},
-    **{k: f'train.gate.{k}'
-       for k in ('alpha', 'alpha_dir', 'alpha_prov', 'min_n', 'min_effect_q')}
-}
+    'skill_mode': 'skill_mode',
+    'split_seed': 'split.seed',
+    **{k: f'split.{k}' for k in SPLIT_KEYS if k != 'seed'},
+    **{k: f'train.{k}' for k in ('epochs', 'acceptance', 'patience', 'probation_share', 'min_ladder_units',
+                                 'ladder_cap', 'max_calls', 'deliver', 'momentum')},
+    **{k: f'train.batch.{k}' for k in ('batch_size', 'min_class', 'correct_ratio')},
+    **{k: f'train.gate.{k}' for k in ('alpha', 'alpha_dir', 'alpha_prov', 'min_n', 'min_effect_q')}}
 
 def stage_config(config=None, # the notebook's `config`: a YAML file, a dict of sections, or None (the defaults)
                  settings:dict|None=None, # more overrides as dotted keys

@@ -11,7 +11,8 @@ from pathlib import Path
 import polars as pl
 import gepa
 from gepa.core.adapter import EvaluationBatch
-from .core import BudgetError, CallBudget, ConfigError, atomic_write_text, check_count, sha256_json, stable_seed, where
+from .core import (BudgetError, CallBudget, ConfigError, atomic_write_text, check_count, sha256_json,
+                          stable_seed, where)
 from .agent import INFRA_STOP_REASONS
 from .skills import DEFAULT_SKILL, skill_file
 from .diagnose import diagnose, case_packs

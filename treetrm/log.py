@@ -280,7 +280,7 @@ def insert_sql(t:Table) -> str:
 @patch
 def insert_many(self:HarnessLog, rows:dict # table name → rows (list of dicts or a polars frame)
                ) -> int:
-    "Insert rows into several tables in ONE transaction (all or nothing), skipping existing natural keys; returns the number inserted."
+    "Insert rows into several tables in ONE all-or-nothing transaction, skipping existing keys; returns the count."
     now, encoded = utc_now(), {}
     for table, rs in rows.items():
         t = table_spec(table)
@@ -303,7 +303,7 @@ def insert(self:HarnessLog, table:str, # a table name from `TABLES`
     return self.insert_many({table: rows})
 
 async def finish_in_thread(fn, *args):
-    "`fn(*args)` in a worker thread; if the awaiting task is cancelled, the write still ends before the cancellation goes on, so no write outlives its task."
+    "`fn(*args)` in a worker thread; a cancelled awaiter waits for the write to end, so no write outlives its task."
     fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
     try: return await asyncio.shield(fut)
     except asyncio.CancelledError:
@@ -407,7 +407,8 @@ def _check_same_run(run_id:str, old:dict, new:dict):
     "A `ConfigError` naming the first field where the stored run `old` and the requested `new` differ."
     for f in ('kind', 'skills_version', 'prompts_version', 'params'):
         if old[f] == new[f]: continue
-        detail = f'keys {", ".join(_differing_keys(json.loads(old[f]), json.loads(new[f])))}' if f == 'params' else f'{old[f]!r} != {new[f]!r}'
+        if f == 'params': detail = f'keys {", ".join(_differing_keys(json.loads(old[f]), json.loads(new[f])))}'
+        else: detail = f'{old[f]!r} != {new[f]!r}'
         raise ConfigError(
             where(f'run {run_id!r} already exists with a different {f} ({detail})',
                   'Pass the original settings to resume it, or choose a new run_id', run_id=run_id, field=f))
@@ -533,7 +534,7 @@ def done_question_ids(self:HarnessLog, run_id:str,
 def drop_predictions(self:HarnessLog, run_id:str, # the run
                      question_ids # the questions whose records go
                     ) -> int:
-    "Delete the predictions and traces of `question_ids` in `run_id` in one transaction; returns the predictions removed."
+    "Delete the predictions and traces of `question_ids` in `run_id` in one transaction; returns predictions removed."
     keys = [(check_run_id(run_id), q) for q in sorted(set(question_ids))]
     with self._write() as conn:
         conn.executemany('DELETE FROM traces WHERE run_id = ? AND question_id = ?', keys)
@@ -546,7 +547,7 @@ def drop_signals(self:HarnessLog, run_id:str, # the baseline run
                  diag_fingerprint:str, # the diagnosis configuration
                  question_ids # the questions whose signals go
                 ) -> int:
-    "Delete the diagnosis signals of `question_ids` for (run, fingerprint) in one transaction; returns the rows removed."
+    "Delete the diagnosis signals of `question_ids` for (run, fingerprint) in one transaction; returns rows removed."
     keys = [(check_run_id(run_id), diag_fingerprint, q) for q in sorted(set(question_ids))]
     with self._write() as conn:
         before = conn.total_changes
@@ -561,16 +562,20 @@ def predictions(self:HarnessLog, run_id:str,
     "The predictions of `run_id`, sorted by question id."
     if question_ids is None: return self.frame('predictions', check_run_id(run_id))
     t, ids = table_spec('predictions'), list(question_ids)
-    sql = f'SELECT {", ".join(t.columns)} FROM predictions WHERE run_id = ? AND question_id IN ({", ".join("?" * len(ids))}) ORDER BY {", ".join(t.key)}'
+    marks = ", ".join("?" * len(ids))
+    sql = (f'SELECT {", ".join(t.columns)} FROM predictions WHERE run_id = ? AND question_id IN ({marks}) '
+           f'ORDER BY {", ".join(t.key)}')
     with self._read() as conn: return rows_frame(t, conn.execute(sql, [check_run_id(run_id), *ids]).fetchall())
 
 @patch
 def prediction_outcomes(self:HarnessLog, run_id:str,
                         question_ids # the questions to look up
                        ) -> list[dict]:
-    "question_id, correct and stop_reason of the stored predictions of `question_ids` in `run_id`: the light read of a gate's unit, with no frame built."
+    "question_id, correct and stop_reason of `question_ids`' stored predictions in `run_id`: a gate unit's light read."
     ids = list(question_ids)
-    sql = f'SELECT question_id, correct, stop_reason FROM predictions WHERE run_id = ? AND question_id IN ({", ".join("?" * len(ids))}) ORDER BY question_id'
+    marks = ", ".join("?" * len(ids))
+    sql = ('SELECT question_id, correct, stop_reason FROM predictions '
+           f'WHERE run_id = ? AND question_id IN ({marks}) ORDER BY question_id')
     with self._read() as conn: rows = conn.execute(sql, [check_run_id(run_id), *ids]).fetchall()
     return [dict(question_id=q, correct=None if c is None else bool(c), stop_reason=s) for q, c, s in rows]
 

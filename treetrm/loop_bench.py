@@ -10,8 +10,10 @@ from pathlib import Path
 import polars as pl
 from scipy.stats import t as t_dist
 from matplotlib.figure import Figure
-from .core import ConfigError, where, atomic_write_json, read_json, sha256_json, project_root, from_root, stable_seed
-from .sim import make_world, load_world, true_accuracy, skill_files, type_skill_text, skill_rules, world_questions
+from .core import (ConfigError, where, atomic_write_json, read_json, sha256_json, project_root, from_root,
+                          stable_seed)
+from .sim import (make_world, load_world, true_accuracy, skill_files, type_skill_text, skill_rules,
+                         world_questions)
 from .sim_agent import SimAgent
 from .sim_roles import SimJudge, SimEvolver
 from .skills import DEFAULT_SKILL
@@ -43,16 +45,22 @@ RULE_COLORS = {
     'greedy_margin': '#aa3377', 'fixed_n': '#ccbb44', 'bayes': '#bbbbbb', 'oracle': '#000000'
 }
 RULE_DESCRIPTIONS = {
-    'gate': 'treetrm: anytime-valid sequential e-value gate on the whole pool, cap-calibrated threshold, futility at the detectable effect, fresh-evidence probation, base arms paid once per content',
-    'gepa_engine': 'the real GEPA engine (gepa.optimize, Pareto selection, strict minibatch improvement), treetrm evolver as proposer, same call budget',
-    'gepa': "GEPA's acceptance inside treetrm's loop: the summed score on a 3-question minibatch strictly improves; no validation pass",
+    'gate': ('treetrm: anytime-valid sequential e-value gate on the whole pool, cap-calibrated threshold, '
+             'futility at the detectable effect, fresh-evidence probation, base arms paid once per content'),
+    'gepa_engine': ('the real GEPA engine (gepa.optimize, Pareto selection, strict minibatch improvement), '
+                    'treetrm evolver as proposer, same call budget'),
+    'gepa': ("GEPA's acceptance inside treetrm's loop: the summed score on a 3-question minibatch strictly improves; "
+             "no validation pass"),
     'gepa_veto': "GEPA's minibatch rule, then a full validation pass that must not be lower than the base's",
-    'greedy': 'greedy full validation, margin 0: accept when the validation accuracy is higher (MIPROv2 / TextGrad / AdalFlow)',
+    'greedy': ('greedy full validation, margin 0: accept when the validation accuracy is higher '
+               '(MIPROv2 / TextGrad / AdalFlow)'),
     'greedy_margin': 'greedy full validation with a margin of one standard error: accept when W - L > sqrt(W + L)',
     'fixed_n': 'fixed-n exact one-sided McNemar at alpha = 0.05 over the whole ladder',
     'bayes': 'Bayesian: accept when P(candidate better | W, L) >= 0.9, uniform prior on P(win | discordant)',
-    'oracle': "accepts iff the edit's true effect on its task type (the world's truth) is positive; the reference for regret",
-    'gate_landed': 'the gate as landed before the acceptance-pipeline changes: snapshot probation on a 1/3 reserve, 1/alpha, no futility, base arms per version',
+    'oracle': ("accepts iff the edit's true effect on its task type (the world's truth) is positive; "
+               "the reference for regret"),
+    'gate_landed': ('the gate as landed before the acceptance-pipeline changes: snapshot probation on a 1/3 reserve, '
+                    '1/alpha, no futility, base arms per version'),
     'gate_snapshot': 'the gate with snapshot probation on a 1/3 reserve (everything else as the gate)',
     'gate_no_futility': 'the gate without the minimum-effect futility',
     'gate_no_calibrate': 'the gate confirming at 1/alpha instead of the cap-calibrated threshold',
@@ -71,7 +79,7 @@ EFFECT_BINS = (('harmful', -math.inf, -0.5), ('null', -0.5, 0.5), ('helpful', 0.
 
 # %% ../nbs/17b_loop_bench.ipynb #70bd91fc
 def oracle_rule(world_dir):
-    "An acceptance rule that knows the truth: accept iff the candidate's true accuracy on its type's questions is higher."
+    "A rule that knows the truth: accept iff the candidate's true accuracy on its type's questions is higher."
     async def oracle(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
         qs = list(world_questions(world_dir).values())
         base = runner.skills.path(req.base_version)
@@ -90,7 +98,7 @@ def oracle_rule(world_dir):
 @dataclass(frozen=True)
 class CellSpec:
     "One cell of the grid: a world family (make_world arguments without the seed) and its hard budget of calls."
-    world: dict  # make_world arguments, e.g. {'profile': 'realistic', 'n_videos': 50, 'realism': {'effects': 'balanced'}}
+    world: dict  # make_world arguments, e.g. {'profile': 'realistic', 'n_videos': 50}
     budget: int # model calls of every role per training run (the curve also reads 0.5x and, from the same runs, 2x)
 
 def grid_cells(worlds:list[dict], budget) -> list[CellSpec]:
@@ -106,14 +114,14 @@ class BenchSettings:
     run_seed: int = 0 # seed of the runs and the sim roles
     one_call: bool = True # the one-call simulated agent (the world's probability, one call a question)
     curve: tuple = (0.5, 1.0, 2.0) # budget multiples of the gain-vs-budget curve; runs go to the largest
-    engine_curve: bool = True  # the GEPA engine runs once per multiple of the curve (False: at 1x only; its curve then has one point)
+    engine_curve: bool = True  # the GEPA engine runs once per multiple of the curve (False: at 1x only, one point)
     split: dict|None = None # split settings (None: DEFAULT_GRID_SPLIT)
 
 DEFAULT_GRID_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.2, report_floor=10, floor_k={}, val_ratio=0.75,
                           val_wrong_min=5)
 
 def train_config(settings:BenchSettings, max_calls:int) -> dict:
-    "The runner settings of one benchmark run: the budget binds, epochs and patience never do, the rule's last state is delivered."
+    "One benchmark run's runner settings: the budget binds, epochs and patience never do; the last state is delivered."
     return dict(epochs=100, patience=100, min_ladder_units=settings.min_ladder_units, max_calls=max_calls,
                 deliver='current', batch=dict(batch_size=settings.batch_size, min_class=4, correct_ratio=0.2))
 
@@ -131,7 +139,7 @@ def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, wor
                   or DEFAULT_GRID_SPLIT, seed=s, concurrency=1, providers=roles, progress=False)
 
 def calls_by_role(runner:Runner, prefix:str, limit:int|None=None) -> dict[str, int]:
-    "role -> model calls filed under run ids starting with `prefix` (the final test excepted), of the first `limit` calls made (in the order they were stored)."
+    "role -> model calls under run ids starting with `prefix` (not the final test) among the first `limit` stored."
     f = runner.log.query("SELECT run_id, role FROM llm_calls WHERE substr(run_id, 1, ?) = ? ORDER BY rowid",
                          (len(prefix), prefix))
     f = f.filter(~pl.col('run_id').str.ends_with(FINAL_TEST)) if f.height else f
@@ -144,7 +152,7 @@ def delivered_rules(world:dict, files:dict) -> list[tuple[str, dict]]:
     return [(t, r) for t in world['task_types'] for r in skill_rules(world, t, type_skill_text(files, t))]
 
 def harmful_points(world:dict, files:dict, test) -> float:
-    "Harm shipped: the sum of |true effect| of the delivered rules that hurt (effect < -0.5), weighted by their type's share of the test pool."
+    "Harm shipped: Σ |true effect| of delivered rules that hurt (effect < -0.5), weighted by their type's test share."
     share = {t: sum(q.task_type == t for q in test) / len(test) for t in world['task_types']}
     return sum(-r['effect'] * share[t] for t, r in delivered_rules(world, files) if r['effect'] < -0.5)
 
@@ -174,7 +182,7 @@ def score_files(runner:Runner, files:dict) -> dict:
                 harmful_points=harmful_points(load_world(runner.data_dir), files, test))
 
 def timeline_files(runner:Runner, timeline:list[tuple[int, str]], limit:int) -> dict:
-    "The skill files current when the run's calls last stood at or below `limit` (the run as a budget of `limit` would have ended)."
+    "The skill files when the run's calls last stood at or below `limit`: the run as a budget of `limit` would end."
     version = next((v for calls, v in reversed(timeline) if calls <= limit), timeline[0][1])
     return runner.skills.read_files(version)
 
@@ -189,7 +197,7 @@ async def train_with_rule(runner:Runner, rule:str, max_calls:int) -> tuple[list,
 
 # %% ../nbs/17b_loop_bench.ipynb #8c28cf73
 async def run_world(spec:dict, seed:int, rules, budget:int, settings:BenchSettings, workdir) -> list[dict]:
-    "Every rule once on the world of (spec, seed): per rule its true gain at each budget of the curve, harm, calls, bins."
+    "Every rule on the world of (spec, seed): per rule its true gain at each budget of the curve, harm, calls, bins."
     top = max(settings.curve)
     runner, rows = world_runner(spec, seed, settings, int(top * budget), Path(workdir)), []
     await runner.split()
@@ -263,7 +271,7 @@ def share_of(part: int, whole: int) -> dict:
     return dict(delivered=part, gated=whole, rate=part / whole if whole else None)
 
 def verdict(rules:dict) -> dict:
-    "The gate against the other practical rules of a cell (not the oracle), decidable on ties: gain at least theirs, risk at most theirs."
+    "The gate against a cell's other practical rules (not the oracle), ties decidable: gain ≥ theirs, risk ≤ theirs."
     others = {r: v for r, v in rules.items() if r not in ('gate', 'oracle')}
     if 'gate' not in rules or not others: return dict(compared=False)
     g = rules['gate']
@@ -286,7 +294,7 @@ def cell_summary(cell:CellSpec, seeds, rows:list[dict]) -> dict:
 # %% ../nbs/17b_loop_bench.ipynb #03348576
 @contextlib.contextmanager
 def single_threaded_polars():
-    "Worker processes started inside get POLARS_MAX_THREADS=1: a grid is parallel across processes, and polars' thread pool costs more than it saves on the loop's tiny frames."
+    "Worker processes started inside get POLARS_MAX_THREADS=1 (see above)."
     old = os.environ.get('POLARS_MAX_THREADS')
     os.environ['POLARS_MAX_THREADS'] = '1'
     try: yield
@@ -299,7 +307,7 @@ def job_rows_file(spec:dict, seed:int, rules, budget:int, settings:BenchSettings
     return Path(workdir)/f'rows-{sha256_json([spec, seed, list(rules), budget, asdict(settings)])[:12]}.json'
 
 async def run_job(spec:dict, seed:int, rules, budget:int, settings:BenchSettings, workdir) -> list[dict]:
-    "`run_world`, remembered: a finished job's rows are read back; an unfinished one starts again from a clean workspace."
+    "`run_world`, remembered: a finished job's rows are read back; an unfinished one restarts from a clean workspace."
     done = job_rows_file(spec, seed, rules, budget, settings, workdir)
     if done.exists(): return read_json(done)
     shutil.rmtree(Path(workdir)/f'w{seed}-{sha256_json(spec)[:10]}'/'workspace', ignore_errors=True)
@@ -321,7 +329,7 @@ async def run_grid(
     workdir: str | Path | None = None,  # where worlds and workspaces go (None: a temporary folder, removed afterwards)
     verbose: bool = True  # one line per finished (world, seed)
 ) -> dict:
-    "Train every rule on every (world, seed) at the cell's budget; the truth-scored summary in loop.json's shape (finished jobs in `workdir` are reused)."
+    "Train every rule on every (world, seed) at the cell's budget: a truth-scored summary shaped like loop.json."
     settings, t0 = settings or BenchSettings(), time.perf_counter()
     if bad := [r for r in rules if r not in BENCH_RULES and r not in ABLATIONS]:
         raise ConfigError(
@@ -383,7 +391,8 @@ def reduced_grid() -> list[dict]: return [realistic_world('balanced', 0.2, 60)]
 def _cell_title(c:dict) -> str:
     w = c['world']
     r = w.get('realism', {})
-    return f"{r.get('effects', w.get('profile'))}, flips {r.get('flip_rate', '-')}, {w['n_videos']} videos, budget {c['budget']}"
+    return (f"{r.get('effects', w.get('profile'))}, flips {r.get('flip_rate', '-')}, {w['n_videos']} videos, "
+            f"budget {c['budget']}")
 
 def plot_frontier(summary:dict) -> Figure:
     "Per cell: mean true gain (95% interval) against P(delivered worse than seed), one point per rule."

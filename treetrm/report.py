@@ -368,7 +368,7 @@ def plot_before_after(ba:pl.DataFrame, # from `before_after`
 
 # %% ../nbs/16_report.ipynb #c3bddf9b
 def decision_timeline(log:HarnessLog, run_id:str, tau:float=0.05) -> pl.DataFrame:
-    "Every gate decision of `run_id` in order: step (gate number), gate id, task type, decision, W, L, n used, δ shrunk."
+    "All gate decisions of `run_id` in order: step (gate number), gate id, task type, decision, W, L, n used, δ shrunk."
     gt = gate_table(log, run_id, tau=tau).filter(pl.col('decision').is_not_null())
     steps = gt.select('gate_id').unique(maintain_order=True).with_row_index('step', offset=1)
     return gt.join(steps, on='gate_id', maintain_order='left').select(

@@ -247,8 +247,8 @@ def export(self:Runner, run_id:str, # a finished training run
         'decisions.jsonl': ''.join(canonical_json(x) + '\n' for x in s.decisions).encode(),
         'config.json': (canonical_json(s.structural, indent=2) + '\n').encode()}
     files |= {f'figures/{p.name}': p.read_bytes() for p in sorted((d/'figures').glob('*')) if p.is_file()}
-    files |= {f'figures/{k}': v for k,
-              v in self._final_figures(TrainResult(run_id, m['internal_run_id'], s, m, d)).items()}
+    figures = self._final_figures(TrainResult(run_id, m['internal_run_id'], s, m, d))
+    files |= {f'figures/{k}': v for k, v in figures.items()}
     manifest = dict(run_id=run_id, internal_run_id=m['internal_run_id'], seed_version=self.resolve_version('seed'),
                     delivered_version=m['delivered_version'],
                     test=m['test'], files={k: sha256_bytes(v) for k, v in sorted(files.items())})

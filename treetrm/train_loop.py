@@ -364,8 +364,8 @@ def decision_tally(decisions) -> dict[str, int]:
 # %% ../nbs/16f_train_loop.ipynb #fda5007f
 def _plain(frame:pl.DataFrame) -> list[dict]:
     "Rows of a frame as JSON-safe dicts (NaN -> None)."
-    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k,
-             v in row.items()} for row in frame.to_dicts()]
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+            for row in frame.to_dicts()]
 
 def run_metrics(ws:Workspace, run:TrainRun, state:TrainState, final:str) -> dict:
     "The run's metrics as plain data."
