@@ -196,7 +196,10 @@ def test_resumed_state_matches_uninterrupted_run(crashed, reference):
 
 def test_telemetry_survives_kills(crashed, reference):
     ws, ref = crashed[0], reference[0]
-    calls = lambda d: dict(sqlite3.connect(d/'harness.db').execute('SELECT role, count(*) FROM llm_calls GROUP BY role').fetchall())
+    # base arms are speculative (launched ahead in ladder order, cancelled when the gate stops), so how many of their
+    # calls were made depends on timing: seen under load, 38 against 46 calls of one base arm; they are left out here
+    sql = f'SELECT role, count(*) FROM llm_calls WHERE NOT ({BASE}) GROUP BY role'
+    calls = lambda d: dict(sqlite3.connect(d/'harness.db').execute(sql).fetchall())
     got, want = calls(ws), calls(ref)
     # redone calls may add rows, but no call of the uninterrupted run may be missing
     assert all(got.get(role, 0) >= n for role, n in want.items()), (got, want)
