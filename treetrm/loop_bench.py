@@ -18,7 +18,7 @@ from .sim_agent import SimAgent
 from .sim_roles import SimJudge, SimEvolver
 from .skills import DEFAULT_SKILL
 from .config import ACCEPTANCE_RULES
-from .log import FINAL_TEST
+from .log import FINAL_TEST, HarnessLog, TrainRunId
 from .acceptance import Acceptance, GateRequest, _ladders_of
 from .runner import Runner
 from .validate import materialised_candidates, candidates_root
@@ -27,7 +27,7 @@ from . import report
 # %% auto #0
 __all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'ABLATIONS', 'EFFECT_BINS',
            'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'oracle_rule', 'CellSpec',
-           'grid_cells', 'BenchSettings', 'train_config', 'world_runner', 'calls_by_role', 'delivered_rules',
+           'grid_cells', 'BenchSettings', 'train_config', 'world_runner', 'run_calls_by_role', 'delivered_rules',
            'harmful_points', 'effect_bin', 'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule',
            'run_world', 'mean_ci', 'rule_summary', 'share_of', 'verdict', 'cell_summary', 'single_threaded_polars',
            'job_rows_file', 'run_job', 'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid',
@@ -138,11 +138,12 @@ def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, wor
     return Runner(d / 'workspace', data_dir=world, config=train_config(settings, max_calls), split_config=settings.split
                   or DEFAULT_GRID_SPLIT, seed=s, concurrency=1, providers=roles, progress=False)
 
-def calls_by_role(runner:Runner, prefix:str, limit:int|None=None) -> dict[str, int]:
-    "role -> model calls under run ids starting with `prefix` (not the final test) among the first `limit` stored."
-    f = runner.log.query("SELECT run_id, role FROM llm_calls WHERE substr(run_id, 1, ?) = ? ORDER BY rowid",
-                         (len(prefix), prefix))
-    f = f.filter(~pl.col('run_id').str.ends_with(FINAL_TEST)) if f.height else f
+def run_calls_by_role(log:HarnessLog, run_id:str, limit:int|None=None) -> dict[str, int]:
+    "role -> model calls of training run `run_id` (its parts, not its final test) among the first `limit` stored."
+    f = log.query("SELECT run_id, role FROM llm_calls ORDER BY rowid")
+    if f.height:  # the run's parts only: `bench-gate` must not count the calls of `bench-gate_snapshot`
+        parts = pl.col('run_id').str.contains(TrainRunId(run_id).calls_pattern())
+        f = f.filter(parts & ~pl.col('run_id').str.ends_with(FINAL_TEST))
     got = dict(f.head(limit if limit is not None else f.height).group_by('role').len().iter_rows()) if f.height else {}
     return {r: int(got.get(r, 0)) for r in ('agent', 'judge', 'evolver')}
 
@@ -223,7 +224,8 @@ async def run_world(spec:dict, seed:int, rules, budget:int, settings:BenchSettin
                 x: score_files(runner, timeline_files(runner, timeline, int(x * budget)))['accuracy'] - base['accuracy']
                 for x in settings.curve
             }
-            calls, bins = calls_by_role(runner, f'bench-{rule}', limit=budget), proposal_bins(world, decisions, files)
+            calls = run_calls_by_role(runner.log, f'bench-{rule}', limit=budget)
+            bins = proposal_bins(world, decisions, files)
         got = score_files(runner, files)
         rows.append(
             dict(seed=seed, rule=rule, gain=got['accuracy'] - base['accuracy'], worse_than_seed=got['accuracy']
