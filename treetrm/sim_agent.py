@@ -17,8 +17,8 @@ from .sim import load_world, skill_behaviours, skill_rules, world_questions, wor
 # %% auto #0
 __all__ = ['message_text', 'last_user_text', 'request_context', 'estimate_tokens', 'estimate_usage', 'request_rng', 'sim_answer',
            'SeenNode', 'parse_view_node', 'parse_observe_frame', 'AgentQuestion', 'parse_first_user', 'Conversation',
-           'read_conversation', 'question_key', 'next_action', 'seen_answer', 'agent_reply', 'realistic_draw',
-           'realistic_plan', 'realistic_reply', 'SimAgent']
+           'read_conversation', 'conversation_question', 'question_key', 'next_action', 'seen_answer', 'agent_reply',
+           'realistic_draw', 'realistic_plan', 'realistic_reply', 'SimAgent']
 
 # %% ../nbs/03a_sim_agent.ipynb #32323570
 def message_text(message:dict # an OpenAI chat message
@@ -210,6 +210,18 @@ def read_conversation(messages:list[dict] # the chat messages of one agent conve
     return Conversation(parse_first_user(message_text(messages[users[0]])), skill, nodes, done,
                         users[-1] != users[0] and _tool_result(last) is None)
 
+def conversation_question(questions:dict, # (video_id, question text) -> Question, from `world_questions`
+                          c:Conversation # the conversation read by `read_conversation`
+                         ) -> Question:
+    "The world's question the conversation is about; a `DataError` when the world has no such question."
+    q = questions.get((c.question.video_id, c.question.question))
+    if q is None:
+        raise DataError(
+            where('the question is not one of this world\'s questions',
+                  'Run the sim agent on questions of the world it was started with', video=c.question.video_id,
+                  role='sim-agent'))
+    return q
+
 # %% ../nbs/03a_sim_agent.ipynb #03e68531
 _KEY_TERMS = sorted(OBJECTS + CARRIERS + PERSONS, key=len, reverse=True)
 
@@ -398,12 +410,7 @@ def agent_reply(world:dict, # a parsed world.json
                ) -> str:
     "The simulated agent's next reply (the protocol's JSON) to an agent conversation."
     c = read_conversation(messages)
-    q = questions.get((c.question.video_id, c.question.question))
-    if q is None:
-        raise DataError(
-            where('the question is not one of this world\'s questions',
-                  'Run the sim agent on questions of the world it was started with', video=c.question.video_id,
-                  role='sim-agent'))
+    q = conversation_question(questions, c)
     b, key = skill_behaviours(world, q.task_type, c.skill_text), question_key(q.question)
     action = None if c.answer_now else next_action(c, q.task_type, key, b)
     answer = seen_answer(c, q.task_type, key, b, world['evidence'].get(q.question_id, {}).get('source_nodes', []))
@@ -443,12 +450,7 @@ def realistic_reply(world:dict, questions:dict, messages:list[dict], seed:int, w
                    ) -> str:
     "The simulated agent's next reply in a realistic world."
     c = read_conversation(messages)
-    q = questions.get((c.question.video_id, c.question.question))
-    if q is None:
-        raise DataError(
-            where('the question is not one of this world\'s questions',
-                  'Run the sim agent on questions of the world it was started with', video=c.question.video_id,
-                  role='sim-agent'))
+    q = conversation_question(questions, c)
     draw = realistic_draw(world, q, c.skill_text, seed)
     plan = [] if one_call or c.answer_now else realistic_plan(c, world_tree(world_dir, q.video_id),
                                                               world['evidence'][q.question_id], draw)
