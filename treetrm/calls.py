@@ -53,9 +53,6 @@ class CallRecorder:
             n = self.seen[k] = self.seen.get(k, -1) + 1
             row['call_id'] = sha256_text(repr(k + (n,)))
         self.log.insert_many({'llm_calls': [row]})
-    def flush(self) -> int:
-        "Nothing left to write: rows go to the log as calls complete (kept so callers may still flush)."
-        return 0
 
 # %% ../nbs/16b_calls.ipynb #96334a52
 @dataclass

@@ -18,7 +18,7 @@ from .sim_agent import SimAgent
 from .sim_roles import SimJudge, SimEvolver
 from .skills import DEFAULT_SKILL
 from .config import ACCEPTANCE_RULES
-from .log import FINAL_TEST, HarnessLog, TrainRunId
+from .log import HarnessLog, TrainRunId
 from .acceptance import Acceptance, GateRequest, _ladders_of
 from .runner import Runner
 from .validate import materialised_candidates, candidates_root
@@ -135,16 +135,16 @@ def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, wor
         'agent': SimAgent(world, s, one_call=settings.one_call), 'judge': SimJudge(world, s),
         'evolver': SimEvolver(world, s)
     }
-    return Runner(d / 'workspace', data_dir=world, config=train_config(settings, max_calls), split_config=settings.split
-                  or DEFAULT_GRID_SPLIT, seed=s, concurrency=1, providers=roles, progress=False)
+    return Runner(d/'workspace', data_dir=world, config=train_config(settings, max_calls),
+                  split_config=settings.split or DEFAULT_GRID_SPLIT, seed=s, concurrency=1, providers=roles,
+                  progress=False)
 
 def run_calls_by_role(log:HarnessLog, run_id:str, limit:int|None=None) -> dict[str, int]:
     "role -> model calls of training run `run_id` (its parts, not its final test) among the first `limit` stored."
-    f = log.query("SELECT run_id, role FROM llm_calls ORDER BY rowid")
-    if f.height:  # the run's parts only: `bench-gate` must not count the calls of `bench-gate_snapshot`
-        parts = pl.col('run_id').str.contains(TrainRunId(run_id).calls_pattern())
-        f = f.filter(parts & ~pl.col('run_id').str.ends_with(FINAL_TEST))
-    got = dict(f.head(limit if limit is not None else f.height).group_by('role').len().iter_rows()) if f.height else {}
+    condition, params = TrainRunId(run_id).training_condition()  # `bench-gate` is not `bench-gate_snapshot`
+    sql = f'SELECT role FROM llm_calls WHERE {condition} ORDER BY rowid LIMIT ?'
+    f = log.query(sql, (*params, -1 if limit is None else limit))  # LIMIT -1: every row
+    got = dict(f.group_by('role').len().iter_rows()) if f.height else {}
     return {r: int(got.get(r, 0)) for r in ('agent', 'judge', 'evolver')}
 
 # %% ../nbs/17b_loop_bench.ipynb #69924f45
