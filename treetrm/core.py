@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #121e446a
 from __future__ import annotations
-import asyncio, collections, contextlib, hashlib, importlib, json, os, tempfile
+import asyncio, collections, contextlib, hashlib, importlib, json, os, shutil, tempfile
 from pathlib import Path
 
 from fastcore.basics import patch
@@ -138,9 +138,11 @@ def atomic_write_text(path:str|Path, text:str) -> Path:
 # %% ../nbs/00_core.ipynb #3c5b46f7
 def sweep_temp_files(folder:str|Path # a folder one process writes (a workspace)
                     ) -> int:
-    "Remove the `.<name>.<random>.tmp` files a killed `atomic_write_bytes` left under `folder`; returns how many."
-    stale = [p for p in Path(folder).rglob('.*.tmp') if p.is_file()] if Path(folder).is_dir() else []
-    for p in stale: p.unlink(missing_ok=True)
+    "Remove the hidden `.<name>.<random>.tmp` files and folders killed atomic writes left under `folder`; how many."
+    stale = sorted(Path(folder).rglob('.*.tmp')) if Path(folder).is_dir() else []
+    for p in stale:  # a folder sorts before what it holds, so its contents go with it
+        if p.is_dir(): shutil.rmtree(p, ignore_errors=True)
+        else: p.unlink(missing_ok=True)
     return len(stale)
 
 # %% ../nbs/00_core.ipynb #2acb2415

@@ -217,7 +217,7 @@ def _write_folder(out:Path, files:dict[str, bytes], overwrite:bool) -> Path:
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise ConfigError(where('the folder exists and is not empty', 'Choose another folder or pass overwrite=True',
                                 folder=out))
-    tmp = out.parent/f'.{out.name}.tmp-{uuid.uuid4().hex[:8]}'
+    tmp = out.parent/f'.{out.name}.{uuid.uuid4().hex[:8]}.tmp'  # see core.sweep_temp_files
     for rel, data in files.items(): atomic_write_bytes(tmp/rel, data)
     if out.exists(): shutil.rmtree(out)
     os.replace(tmp, out)

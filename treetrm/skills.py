@@ -398,7 +398,7 @@ def create(self:VersionStore, files:dict[str,str|None], # changed files: name ->
         'created_at': _now()
     }
     self.base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=self.base, prefix='.tmp-'))
+    tmp = Path(tempfile.mkdtemp(dir=self.base, prefix='.v.', suffix='.tmp'))  # see core.sweep_temp_files
     try:
         for name, text in merged.items():
             atomic_write_bytes(tmp / name, text.encode('utf-8'))
