@@ -182,16 +182,15 @@ def score_files(runner:Runner, files:dict) -> dict:
     return dict(accuracy=100 * true_accuracy(runner.data_dir, files, test),
                 harmful_points=harmful_points(load_world(runner.data_dir), files, test))
 
-def timeline_files(runner:Runner, timeline:list[tuple[int, str]], limit:int) -> dict:
-    "The skill files when the run's calls last stood at or below `limit`: the run as a budget of `limit` would end."
-    version = next((v for calls, v in reversed(timeline) if calls <= limit), timeline[0][1])
-    return runner.skills.read_files(version)
+def timeline_files(timeline:list[tuple[int, dict]], limit:int) -> dict:
+    "What the run delivered at its last checkpoint within `limit` calls: the run as a budget of `limit` would end."
+    return next((files for calls, files in reversed(timeline) if calls <= limit), timeline[0][1])
 
 async def train_with_rule(runner:Runner, rule:str, max_calls:int) -> tuple[list, list]:
-    "Train once with `rule` up to `max_calls`; (timeline of (calls, current version), decision log)."
-    timeline = [(0, runner.resolve_version('seed'))]
+    "Train once with `rule` up to `max_calls`; (timeline of (calls, files an end there delivers), decision log)."
+    timeline = [(0, runner.skills.read_files(runner.resolve_version('seed')))]
     def on_event(name, info):
-        if name == 'checkpoint' and info['calls'] is not None: timeline.append((info['calls'], info['skills_current']))
+        if name == 'checkpoint' and info['calls'] is not None: timeline.append((info['calls'], info['delivery']))
     acc, overrides = ABLATIONS.get(rule, (oracle_rule(runner.data_dir) if rule == 'oracle' else rule, {}))
     res = await runner.train(f'bench-{rule}', acceptance=acc, on_event=on_event, **overrides)
     return timeline, list(res.state.decisions)
@@ -219,9 +218,9 @@ async def run_world(spec:dict, seed:int, rules, budget:int, settings:BenchSettin
                                for x, (f, _) in curve.items()}, None
         else:
             timeline, decisions = await train_with_rule(runner, rule, int(top * budget))
-            files = timeline_files(runner, timeline, budget)
+            files = timeline_files(timeline, budget)
             by_budget = {
-                x: score_files(runner, timeline_files(runner, timeline, int(x * budget)))['accuracy'] - base['accuracy']
+                x: score_files(runner, timeline_files(timeline, int(x * budget)))['accuracy'] - base['accuracy']
                 for x in settings.curve
             }
             calls = run_calls_by_role(runner.log, f'bench-{rule}', limit=budget)

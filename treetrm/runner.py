@@ -21,7 +21,8 @@ from .calls import call_budget
 from .workspace import Workspace, BASELINE_RUN
 from .acceptance import ACCEPTANCE
 from .train_run import TrainRun, open_train_run, initial_state, role_usage
-from .train_loop import train_step, slow_update, final_phase, budget_spent, decision_entry, with_decision
+from .train_loop import (train_step, slow_update, final_phase, budget_spent, decision_entry, with_decision,
+                                delivery_files)
 from . import report
 
 # %% auto #0
@@ -138,10 +139,11 @@ async def _advance_within(self:Runner, run:TrainRun, state:TrainState, budget:Ca
 
 @patch
 def _save(self:Runner, run:TrainRun, state:TrainState, budget:CallBudget|None=None):
-    "Checkpoint the state, then tell `on_event` (with the calls made so far and the current skills)."
+    "Checkpoint the state, then tell `on_event` (calls so far, current skills, the files an end now would deliver)."
     save_checkpoint(run.checkpoint, state)
-    run.event('checkpoint', phase=state.phase, epoch=state.epoch, step=state.step,
-              calls=budget.used if budget else None, skills_current=state.skills_current)
+    if run.on_event: run.event('checkpoint', phase=state.phase, epoch=state.epoch, step=state.step,
+                               calls=budget.used if budget else None, skills_current=state.skills_current,
+                               delivery=delivery_files(self, run, state))
 
 @patch
 def run_health(self:Runner, run_id:str) -> str|None:

@@ -18,7 +18,7 @@ from .diagnose import diagnose as diagnose_run, case_packs
 from .config import TrainConfig
 from .gate import e_value_plus
 from .ladder import phat_from_log
-from .validate import open_probation, settle_probation, continue_probation, candidates_root
+from .validate import open_probation, settle_probation, continue_probation, candidates_root, Probation
 from .evolve import (propose_edits, Blacklist, classify_pairs, momentum_guidance, guidance_files,
                             guidance_from_files,
                             edit_texts, propose_prompt_edit, PROMPT_TARGET, PROMPT_TASK_TYPE)
@@ -36,7 +36,8 @@ __all__ = ['propose_step_edits', 'write_version', 'with_decision', 'decision_ent
            'accept_confirmed', 'accept_provisional', 'train_step', 'dual_metric_rows', 'holdout_rows',
            'anchor_correctness', 'probation_entry', 'settle_one_probation', 'settle_probations', 'momentum_update',
            'prompt_edit_update', 'rollout_accuracy', 'budget_spent', 'slow_update', 'confirmed_rule_counts',
-           'decision_tally', 'run_metrics', 'delivered_version', 'without_open_edits', 'final_phase']
+           'decision_tally', 'run_metrics', 'delivered_version', 'open_edits', 'without_open_edits', 'delivery_files',
+           'final_phase']
 
 # %% ../nbs/16f_train_loop.ipynb #263b7ac9
 async def propose_step_edits(ws:Workspace, run:TrainRun, state:TrainState, batch:list, roll:str, gate_id:str,
@@ -389,17 +390,29 @@ def delivered_version(config:TrainConfig, state:TrainState) -> str:
     "The version training delivers: the best one, or the acceptance rule's current one."
     return state.skills_best if config.deliver == 'best' else state.skills_current
 
-def without_open_edits(ws:Workspace, run:TrainRun, state:TrainState, v:str) -> tuple[TrainState, str]:
-    "Edits still on probation at the end were never confirmed: the delivery `v` gets their anchors' files."
-    files, ds, delivered = {}, [], ws.skills.read_files(v)
+def open_edits(ws:Workspace, state:TrainState, v:str) -> list[tuple[Probation, str, str]]:
+    "The edits on probation that version `v` holds: (probation, its file, the anchor's text of that file)."
+    out, delivered = [], ws.skills.read_files(v)
     for pb in sorted(state.probations, key=lambda p: p.task_type):
         target = pb.pending_edits[-1].target
         if delivered.get(target) != ws.skills.read_files(pb.candidate_version).get(target):
             continue  # `v` predates the edit
-        files[target] = ws.skills.read_files(pb.anchor_version)[target]
-        ds.append(probation_entry(run, state, pb, 'revert_unconfirmed', pb.w, pb.l, pb.n_used))
-    if files: v = write_version(ws, replace(state, skills_current=v), files, 'revert', run.ids.end())
+        out.append((pb, target, ws.skills.read_files(pb.anchor_version)[target]))
+    return out
+
+def without_open_edits(ws:Workspace, run:TrainRun, state:TrainState, v:str) -> tuple[TrainState, str]:
+    "Edits still on probation at the end were never confirmed: the delivery `v` gets their anchors' files."
+    opened = open_edits(ws, state, v)
+    ds = [probation_entry(run, state, pb, 'revert_unconfirmed', pb.w, pb.l, pb.n_used) for pb, _, _ in opened]
+    if opened: v = write_version(ws, replace(state, skills_current=v), {t: text for _, t, text in opened}, 'revert',
+                                 run.ids.end())
     return replace(state, probations=(), decisions=state.decisions + tuple(d | dict(version=v) for d in ds)), v
+
+def delivery_files(ws:Workspace, run:TrainRun, state:TrainState) -> dict[str, str]:
+    "The skill files `final_phase` would deliver if training ended in `state`, read without writing anything."
+    v = delivered_version(run.config, state)
+    reverts = open_edits(ws, state, v) if run.config.open_probations == 'revert' else []
+    return ws.skills.read_files(v) | {t: text for _, t, text in reverts}
 
 async def final_phase(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState:
     "Deliver the best (or, per `config.deliver`, the current) version, test it once, write metrics.json."
