@@ -28,7 +28,7 @@ def test_loop_bench_notebook(tmp_path):
                         parameters=dict(worlds=[TINY], rules=RULES, seeds=[0], budget=400, processes=1, workdir=str(work), out=str(out),
                                         min_ladder_units=4, batch_size=8, split=SETTINGS['split']))
     s = json.loads(out.read_text())
-    assert set(s) >= {'cells', 'wall_s', 'figures'} and len(s['cells']) == 1
+    assert set(s) >= {'cells', 'wall_s', 'figures', 'bar'} and len(s['cells']) == 1 and list(s['bar']) == ['gate']
     c = s['cells'][0]
     assert {k: c['world'][k] for k in TINY} == json.loads(json.dumps(TINY)) and c['budget'] == 400 and c['seeds'] == [0] and set(c['rules']) == set(RULES)
     for f in s['figures']: assert (out.parent/f).stat().st_size > 5_000

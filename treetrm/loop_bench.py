@@ -26,12 +26,13 @@ from . import report
 
 # %% auto #0
 __all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'ABLATIONS', 'EFFECT_BINS',
-           'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'oracle_rule', 'CellSpec',
-           'grid_cells', 'BenchSettings', 'train_config', 'world_runner', 'run_calls_by_role', 'delivered_rules',
-           'harmful_points', 'effect_bin', 'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule',
-           'run_world', 'mean_ci', 'rule_summary', 'share_of', 'verdict', 'cell_summary', 'single_threaded_polars',
-           'job_rows_file', 'run_job', 'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid',
-           'plot_frontier', 'plot_budget', 'loop_table', 'write_loop_bench', 'show_loop_bench']
+           'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'BAR_RULES', 'oracle_rule',
+           'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner', 'run_calls_by_role',
+           'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files', 'timeline_files',
+           'train_with_rule', 'run_world', 'mean_ci', 'rule_summary', 'share_of', 'verdict', 'cell_summary',
+           'single_threaded_polars', 'job_rows_file', 'run_job', 'run_grid', 'realistic_world', 'cell_budget',
+           'full_grid', 'reduced_grid', 'val_units', 'grid_bar', 'plot_frontier', 'plot_budget', 'loop_table',
+           'write_loop_bench', 'show_loop_bench', 'bar_table']
 
 # %% ../nbs/17b_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
@@ -272,8 +273,8 @@ def share_of(part: int, whole: int) -> dict:
     return dict(delivered=part, gated=whole, rate=part / whole if whole else None)
 
 def verdict(rules:dict) -> dict:
-    "The gate against a cell's other practical rules (not the oracle), ties decidable: gain ≥ theirs, risk ≤ theirs."
-    others = {r: v for r, v in rules.items() if r not in ('gate', 'oracle')}
+    "The gate against a cell's other practical rules (not the oracle, not its ablations): gain ≥ theirs, risk ≤ theirs."
+    others = {r: v for r, v in rules.items() if r in BENCH_RULES and r not in ('gate', 'oracle')}
     if 'gate' not in rules or not others: return dict(compared=False)
     g = rules['gate']
     best = max(others, key=lambda r: others[r]['gain']['mean'])
@@ -362,7 +363,7 @@ async def run_grid(
         if workdir is None: shutil.rmtree(work, ignore_errors=True)
     out = [cell_summary(c, seeds, [r for s in seeds for r in results[(i, s)]]) for i, c in enumerate(cells)]
     return dict(
-        cells=out, rules={r: RULE_DESCRIPTIONS[r]
+        cells=out, bar={r: grid_bar(out, r) for r in rules if r == 'gate' or r in ABLATIONS}, rules={r: RULE_DESCRIPTIONS[r]
                           for r in rules}, settings=asdict(settings), wall_s=round(time.perf_counter() - t0, 1),
         units=dict(gain='accuracy points on the test pool, exact expectation (sim.true_accuracy)',
                    budget='model calls of every role per run',
@@ -387,6 +388,35 @@ def cell_budget(world:dict) -> int:
 def full_grid() -> list[dict]:
     return [realistic_world(m, f, u) for m in MIXTURES for f in NOISE for u in VIDEOS_FOR_UNITS]
 def reduced_grid() -> list[dict]: return [realistic_world('balanced', 0.2, 60)]
+
+# %% ../nbs/17b_loop_bench.ipynb #f0c4d8e1
+BAR_RULES = ('greedy', 'gepa_engine', 'gepa', 'fixed_n')  # the practical rules the acceptance bar compares with
+
+def val_units(world:dict) -> str:
+    "A cell's validation size: units per gated type for the grid's worlds, else its number of videos."
+    return next((str(u) for u, v in VIDEOS_FOR_UNITS.items() if v == world.get('n_videos')),
+                f"{world.get('n_videos')} videos")
+
+def grid_bar(cells:list[dict], # the cells of a grid summary
+             rule:str='gate' # the rule held to the bar
+            ) -> dict:
+    "Per validation size: pooled and worst-cell P(worse than seed), cells at or above the best bar rule, share of oracle."
+    out = {}
+    for size in dict.fromkeys(val_units(c['world']) for c in cells):
+        mine = [c for c in cells if val_units(c['world']) == size and rule in c['rules']]
+        if not mine: continue
+        worse = [round(c['rules'][rule]['p_worse_than_seed'] * len(c['seeds'])) for c in mine]
+        gain = lambda c, r: c['rules'][r]['gain']['mean']
+        best = [max((r for r in BAR_RULES if r in c['rules']), key=lambda r: gain(c, r), default=None) for c in mine]
+        at_least = [b is not None and gain(c, rule) >= gain(c, b) for c, b in zip(mine, best)]
+        oracle = sum(gain(c, 'oracle') for c in mine if 'oracle' in c['rules'])
+        out[size] = dict(
+            cells=len(mine), runs=sum(len(c['seeds']) for c in mine), worse=sum(worse),
+            p_worse=sum(worse) / sum(len(c['seeds']) for c in mine), worst_cell_worse=max(worse),
+            cells_at_least_best=sum(at_least), best_bar_rule=best,
+            bar_rules_missing=sorted(set(BAR_RULES) - {r for c in mine for r in c['rules']}),
+            share_of_oracle=sum(gain(c, rule) for c in mine) / oracle if oracle > 0 else None)
+    return out
 
 # %% ../nbs/17b_loop_bench.ipynb #711dbd1a
 def _cell_title(c:dict) -> str:
@@ -464,6 +494,15 @@ def show_loop_bench(summary:dict):
     ])
     report.show_report(
         {
-            'table': loop_table(summary), 'verdict': verdicts, 'frontier': plot_frontier(summary),
-            'budget': plot_budget(summary)
+            'table': loop_table(summary), 'verdict': verdicts, 'bar': bar_table(summary),
+            'frontier': plot_frontier(summary), 'budget': plot_budget(summary)
         }, 'loop benchmark')
+
+def bar_table(summary:dict) -> pl.DataFrame:
+    "The acceptance bar (`grid_bar`) of the gate and its ablations, a row per (rule, validation size)."
+    return pl.DataFrame([
+        dict(rule=rule, units=size, runs=b['runs'], worse=b['worse'], worst_cell_worse=b['worst_cell_worse'],
+             cells_at_least_best=f"{b['cells_at_least_best']}/{b['cells']}",
+             share_of_oracle=None if b['share_of_oracle'] is None else round(b['share_of_oracle'], 3))
+        for rule, sizes in summary.get('bar', {}).items() for size, b in sizes.items()
+    ], schema_overrides={'share_of_oracle': pl.Float64})
