@@ -363,7 +363,8 @@ async def run_grid(
         if workdir is None: shutil.rmtree(work, ignore_errors=True)
     out = [cell_summary(c, seeds, [r for s in seeds for r in results[(i, s)]]) for i, c in enumerate(cells)]
     return dict(
-        cells=out, bar={r: grid_bar(out, r) for r in rules if r == 'gate' or r in ABLATIONS}, rules={r: RULE_DESCRIPTIONS[r]
+        cells=out, bar={r: grid_bar(out, r)
+                        for r in rules if r == 'gate' or r in ABLATIONS}, rules={r: RULE_DESCRIPTIONS[r]
                           for r in rules}, settings=asdict(settings), wall_s=round(time.perf_counter() - t0, 1),
         units=dict(gain='accuracy points on the test pool, exact expectation (sim.true_accuracy)',
                    budget='model calls of every role per run',
@@ -400,7 +401,7 @@ def val_units(world:dict) -> str:
 def grid_bar(cells:list[dict], # the cells of a grid summary
              rule:str='gate' # the rule held to the bar
             ) -> dict:
-    "Per validation size: pooled and worst-cell P(worse than seed), cells at or above the best bar rule, share of oracle."
+    "Per validation size: pooled and worst-cell P(worse), cells at or above the best bar rule, share of oracle."
     out = {}
     for size in dict.fromkeys(val_units(c['world']) for c in cells):
         mine = [c for c in cells if val_units(c['world']) == size and rule in c['rules']]
