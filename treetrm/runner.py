@@ -21,7 +21,9 @@ from .calls import call_budget
 from .workspace import Workspace, BASELINE_RUN
 from .acceptance import ACCEPTANCE
 from .train_run import TrainRun, open_train_run, initial_state, role_usage
-from .train_loop import (train_step, slow_update, final_phase, budget_spent, decision_entry, with_decision,
+from .train_loop import (train_step, all_on_trial, end_steps_on_trial, slow_update, settle_on_paid_pairs,
+                                final_phase, budget_spent,
+                                decision_entry, with_decision,
                                 delivery_files)
 from . import report
 
@@ -111,6 +113,7 @@ class TrainResult:
 async def _advance(self:Runner, run:TrainRun, state:TrainState) -> TrainState:
     "Do the next unit of work: a step (while the budget lasts), the epoch-end update, or the final test."
     if state.phase == 'steps' and state.step < len(state.batches) and not budget_spent(self, run):
+        if all_on_trial(run, state): return end_steps_on_trial(state)
         state = await train_step(self, run, state)
         if run.show: self._report_step(run, state, gate_id(state.epoch, state.step))
         return state
@@ -134,6 +137,7 @@ async def _advance_within(self:Runner, run:TrainRun, state:TrainState, budget:Ca
     try:
         with call_budget(budget): return await self._advance(run, state)
     except BudgetError:
+        if state.phase == 'slow': state = settle_on_paid_pairs(self, run, state)
         d = decision_entry(state, gate_id(state.epoch), None, 'budget', 'spent', calls=budget.used)
         return with_decision(state, d, phase='final')
 

@@ -16,7 +16,7 @@ from .log import HarnessLog, TrainRunId, gate_id as make_gate_id
 from .inference import predictions_correctness
 from .diagnose import diagnose as diagnose_run, case_packs
 from .config import TrainConfig
-from .gate import e_value_plus
+from .gate import GateParams, e_value_plus
 from .ladder import phat_from_log
 from .validate import open_probation, settle_probation, continue_probation, candidates_root, Probation
 from .evolve import (propose_edits, Blacklist, classify_pairs, momentum_guidance, guidance_files,
@@ -32,14 +32,29 @@ from .train_run import (TrainRun, apply_batch_correctness, guard_infra, tick_coo
 from . import report
 
 # %% auto #0
-__all__ = ['propose_step_edits', 'write_version', 'with_decision', 'decision_entry', 'settle_proposal', 'type_question_ids',
-           'accept_confirmed', 'accept_provisional', 'train_step', 'dual_metric_rows', 'holdout_rows',
-           'anchor_correctness', 'probation_entry', 'settle_one_probation', 'settle_probations', 'momentum_update',
-           'prompt_edit_update', 'rollout_accuracy', 'budget_spent', 'slow_update', 'confirmed_rule_counts',
-           'decision_tally', 'run_metrics', 'delivered_version', 'open_edits', 'without_open_edits', 'delivery_files',
-           'final_phase']
+__all__ = ['on_trial', 'all_on_trial', 'end_steps_on_trial', 'propose_step_edits', 'write_version', 'with_decision',
+           'decision_entry', 'settle_proposal', 'type_question_ids', 'accept_confirmed', 'accept_provisional',
+           'train_step', 'dual_metric_rows', 'holdout_rows', 'anchor_correctness', 'usable_correctness',
+           'probation_entry', 'settle_one_probation', 'probation_params', 'apply_settlement', 'settle_probations',
+           'settle_on_paid_pairs', 'momentum_update', 'prompt_edit_update', 'rollout_accuracy', 'budget_spent',
+           'slow_update', 'confirmed_rule_counts', 'decision_tally', 'run_metrics', 'delivered_version', 'open_edits',
+           'without_open_edits', 'delivery_files', 'final_phase']
 
 # %% ../nbs/16f_train_loop.ipynb #263b7ac9
+def on_trial(state:TrainState) -> set[str]:
+    "Task types with an edit on probation: no new proposal for them until an epoch end settles it."
+    return {pb.task_type for pb in state.probations}
+
+def all_on_trial(run:TrainRun, state:TrainState) -> bool:
+    "Whether every gated type is on probation, so that no step of this epoch can propose an edit."
+    return bool(run.gated) and set(run.gated) <= on_trial(state)
+
+def end_steps_on_trial(state:TrainState) -> TrainState:
+    "Go to the epoch end now: the steps left could only roll out and diagnose, while the probations wait for it."
+    d = decision_entry(state, make_gate_id(state.epoch), None, 'epoch', 'ended_on_trial',
+                       steps_skipped=len(state.batches) - state.step)
+    return with_decision(state, d, phase='slow')
+
 async def propose_step_edits(ws:Workspace, run:TrainRun, state:TrainState, batch:list, roll:str, gate_id:str,
                              ladders:dict) -> dict:
     "Diagnose the rollout's misses and ask the evolver for one edit per eligible task type."
@@ -48,8 +63,8 @@ async def propose_step_edits(ws:Workspace, run:TrainRun, state:TrainState, batch
         diag = await diagnose_run(batch, log=ws.log, baseline_run_id=roll, judge=ws.providers['judge'], skills_dir=cur,
                                   concurrency=ws.concurrency)
     packs = case_packs(batch, ws.log.predictions(roll), diag.signals, seed=stable_seed(ws.seed, run.rid, gate_id))
-    on_trial = {pb.task_type for pb in state.probations}
-    open_to = lambda t: t in ladders and len(ladders[t]) and not state.cooldowns.get(t) and t not in on_trial
+    trial = on_trial(state)
+    open_to = lambda t: t in ladders and len(ladders[t]) and not state.cooldowns.get(t) and t not in trial
     eligible = [t for t in sorted(packs) if open_to(t)]
     if not eligible: return {}
     guidance = guidance_from_files(ws.prompts.read_files(state.prompts_version)) if state.prompts_version else ''
@@ -202,7 +217,11 @@ async def anchor_correctness(ws:Workspace, run:TrainRun, state:TrainState, proba
                         progress=False,
                           summarise=False, temperature=run.config.temperature)
     finally: shutil.rmtree(dest.parent, ignore_errors=True)
-    p = ws.log.predictions(rid).filter(~pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)))
+    return usable_correctness(ws.log, rid)
+
+def usable_correctness(log:HarnessLog, rid:str) -> dict[str, bool]:
+    "question_id -> correct for the predictions of `rid` that are evidence (INFRA outcomes left out)."
+    p = log.predictions(rid).filter(~pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)))
     return dict(zip(p['question_id'].to_list(), p['correct'].fill_null(False).to_list()))
 
 def probation_entry(run:TrainRun, state:TrainState, probation, action:str, w:int, l:int, n_used:int) -> dict:
@@ -219,9 +238,17 @@ async def settle_one_probation(ws:Workspace, run:TrainRun, state:TrainState, pro
     if run.evidence == 'fresh':
         w, l, ids = probation_pairs(units, await anchor_correctness(ws, run, state, probation), r_correct)
     else: w, l, ids = probation_pairs(units, probation.correctness_snapshot, r_correct, probation.consumed_units)
-    params = replace(run.config.gate,
-                     evidence_cap=run.evidence_cap(probation.task_type)) if run.config.calibrate else run.config.gate
-    action = settle_probation(probation, w, l, params, run.config.probation_rounds)
+    action = settle_probation(probation, w, l, probation_params(run, probation), run.config.probation_rounds)
+    return apply_settlement(ws, run, state, probation, action, w, l, ids)
+
+def probation_params(run:TrainRun, probation) -> GateParams:
+    "The gate settings a probation settles with: the gate's, calibrated to the type's evidence cap."
+    cap = run.evidence_cap(probation.task_type)
+    return replace(run.config.gate, evidence_cap=cap) if run.config.calibrate else run.config.gate
+
+def apply_settlement(ws:Workspace, run:TrainRun, state:TrainState, probation, action:str, w:int, l:int,
+                     ids:list) -> TrainState:
+    "The state after a probation's settlement `action` on new pairs (w, l, ids): kept, confirmed or reverted."
     edit = probation.pending_edits[-1]
     d = probation_entry(run, state, probation, action, probation.w + w, probation.l + l, probation.n_used + len(ids))
     if action == 'keep':
@@ -239,6 +266,23 @@ async def settle_probations(ws:Workspace, run:TrainRun, state:TrainState, r_corr
     "Settle every open probation on R, in task-type order."
     open_, state = sorted(state.probations, key=lambda p: p.task_type), replace(state, probations=())
     for pb in open_: state = await settle_one_probation(ws, run, state, pb, r_correct)
+    return state
+
+def settle_on_paid_pairs(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState:
+    "A budget stop in the epoch end: settle each open probation on the fresh pairs already paid for (no new calls)."
+    if run.evidence != 'fresh': return state
+    r_correct, open_ = predictions_correctness(ws.log, run.ids.epoch_part(state.epoch, 'R')), state.probations
+    state = replace(state, probations=())
+    for pb in sorted(open_, key=lambda p: p.task_type):
+        units = [u for u in run.val_units if u.task_type == pb.task_type]
+        anchor = usable_correctness(ws.log, run.ids.anchor(state.epoch, pb.task_type))
+        w, l, ids = probation_pairs(units, anchor, r_correct)
+        if not ids:
+            state = replace(state, probations=state.probations + (pb,))
+            continue
+        # no round limit here: an edit this leaves unconfirmed is reverted by the final phase
+        action = settle_probation(pb, w, l, probation_params(run, pb), pb.rounds + 2)
+        state = apply_settlement(ws, run, state, pb, action, w, l, ids)
     return state
 
 # %% ../nbs/16f_train_loop.ipynb #7aa2713d
