@@ -16,7 +16,7 @@ from .sim import (make_world, load_world, true_accuracy, skill_files, type_skill
                          world_questions)
 from .sim_agent import SimAgent
 from .sim_roles import SimJudge, SimEvolver
-from .skills import DEFAULT_SKILL
+from .skills import DEFAULT_SKILL, load_manifest, set_prompts
 from .config import ACCEPTANCE_RULES
 from .log import HarnessLog, TrainRunId
 from .acceptance import Acceptance, GateRequest, _ladders_of
@@ -204,9 +204,10 @@ async def run_world(spec:dict, seed:int, rules, budget:int, settings:BenchSettin
     await runner.split()
     seed_files = runner.skills.read_files(runner.resolve_version('seed'))
     base = score_files(runner, seed_files)
-    world = load_world(runner.data_dir)
+    world, prompts = load_world(runner.data_dir), load_manifest(runner.workspace).prompts_version
     for rule in rules:
         t0 = time.perf_counter()
+        set_prompts(runner.workspace, prompts, event='bench_start')  # not the guidance an earlier rule's momentum left
         if rule == 'gepa_engine':
             from treetrm.gepa_engine import gepa_engine_train
             curve = {}
