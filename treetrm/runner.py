@@ -22,9 +22,7 @@ from .workspace import Workspace, BASELINE_RUN
 from .acceptance import ACCEPTANCE
 from .train_run import TrainRun, open_train_run, initial_state, role_usage
 from .train_loop import (train_step, all_on_trial, end_steps_on_trial, slow_update, settle_on_paid_pairs,
-                                final_phase, budget_spent,
-                                decision_entry, with_decision,
-                                delivery_files)
+                                final_phase, budget_spent, decision_entry, with_decision, delivery_files)
 from . import report
 
 # %% auto #0
