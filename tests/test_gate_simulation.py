@@ -2,7 +2,7 @@
 import itertools, math
 import numpy as np
 import pytest
-from treetrm.gate import GateParams, e_value_plus, log_e_value_plus, RULE_DECISIONS
+from treetrm.gate import GateParams, e_value_plus, log_e_value_plus, mcnemar_exact_one_sided, RULE_DECISIONS
 from treetrm.gate_sim import (simulate_ladders, run_rules, summarise_rules, gate_paths, gate_tables,
                               gate_outcome_distribution, distribution_summary, ville_crossing_probability,
                               fixed_n_power, fixed_n_power_n, q_for_gain)
@@ -126,21 +126,45 @@ def test_calibrated_threshold_is_exact_at_the_worst_case():
     rate = (table[cw, cl] >= math.log(c) - 1e-12).any(axis=1).mean()
     assert exact <= ALPHA and abs(rate - exact) <= 3*math.sqrt(exact*(1 - exact)/N), (rate, exact)
 
-@pytest.mark.parametrize('n_units,rounds', [(60, 2), (60, 6), (300, 2)])
-def test_repeated_draw_null_within_alpha(n_units, rounds):
+@pytest.mark.parametrize('n_units,rounds,alpha_final', [(60, 2, 0), (60, 6, 0), (300, 2, 0), (60, 2, 0.03),
+                                                        (300, 2, 0.03)])
+def test_repeated_draw_null_within_alpha(n_units, rounds, alpha_final):
     "The fresh-evidence design: the gate's pass, then `rounds` fresh passes of both arms over the same units (each unit"
     " its own chance of a right answer, equal for both arms), the pooled E+ watched after every pair against the"
     " threshold calibrated to the whole evidence cap."
     n_sims = 4000
     rng = np.random.default_rng(n_units + rounds)
     cap = round_cap(n_units*(1 + rounds))
-    log_c = math.log(calibrated_threshold(cap))
+    log_c = math.log(calibrated_threshold(cap, ALPHA - alpha_final))   # with a final look, the e-process gets the rest
     p = rng.beta(0.6, 0.6, size=(n_sims, n_units))   # mostly near 0 or 1, some in between: heterogeneous units
     hit, w, l = np.zeros(n_sims, bool), np.zeros(n_sims, np.int64), np.zeros(n_sims, np.int64)
     table = log_e_value_plus(np.arange(cap + 1)[:, None], np.arange(cap + 1)[None, :])
-    for _ in range(1 + rounds):
+    for k in range(1 + rounds):
         a, b = rng.random((n_sims, n_units)) < p, rng.random((n_sims, n_units)) < p
         for j in range(n_units):
             w += ~a[:, j] & b[:, j]; l += a[:, j] & ~b[:, j]
             hit |= table[w, l] >= log_c - 1e-12
+        if k == 0 and alpha_final:   # the one look at the gate's ladder end, on the gate's own counts
+            hit |= mcnemar_exact_one_sided(w, l) <= alpha_final
     assert hit.mean() <= ALPHA + 3*math.sqrt(ALPHA*(1 - ALPHA)/n_sims), hit.mean()
+
+# --- the final look at the ladder end (alpha_final) ----------------------------------------------------------------
+@pytest.mark.parametrize('cap,evidence', [(60, 180), (300, 600)])
+def test_final_look_null_within_alpha(cap, evidence):
+    "The whole gate with alpha split 0.02 (e-process) + 0.03 (one McNemar look at the ladder end): exact DP and Monte"
+    " Carlo on null ladders, with futility at the pool's q1. Reason: the union bound, alpha_e + alpha_final = alpha."
+    p = GateParams(evidence_cap=evidence, alpha_final=0.03)
+    p = GateParams(evidence_cap=evidence, alpha_final=0.03, min_effect_q=min_effect_q_for(p, evidence, 0.3))
+    for d in (1.0, 0.3):
+        exact, _ = gate_outcome_distribution(cap, d, 0.5, p)
+        assert exact['accept_confirmed'] <= ALPHA, (cap, d, exact)
+    n = N if cap <= 60 else N // 4
+    r, _ = rates(simulate_ladders(n, cap, 1.0, 0.5, np.random.default_rng(cap + 1)), p)
+    assert r['accept_confirmed'] <= ALPHA + 3*math.sqrt(ALPHA*(1 - ALPHA)/n), r
+
+def test_final_look_raises_power_at_the_ladder_end():
+    "q = 0.6 at discordance 0.26 over a 300-unit ladder (about 78 flips), cap 600: the e-process alone confirms about"
+    " 30% (exact DP of its crossing), a fixed-sample look at 0.03 adds the mid-sized edits it cannot reach."
+    off, _ = gate_outcome_distribution(300, 0.26, 0.6, GateParams(evidence_cap=600))
+    on, _ = gate_outcome_distribution(300, 0.26, 0.6, GateParams(evidence_cap=600, alpha_final=0.03))
+    assert 0.25 < off['accept_confirmed'] < 0.40 and on['accept_confirmed'] > off['accept_confirmed'] + 0.08, (off, on)

@@ -48,6 +48,7 @@ class GateParams:
     min_effect_q: float|None = None # optional minimum worthwhile q in (1/2, 1); enables evidence-based futility
     beta_fut: float = 0.2 # futility rejects a worthwhile edit with probability <= beta_fut
     evidence_cap: int|None = None # most units ever paired (ladder + probation); set: confirm at its exact threshold
+    alpha_final: float = 0.0 # alpha spent on one exact McNemar look at the ladder end; E+ confirms at the rest
 
     def __post_init__(self):
         for name in ('alpha', 'alpha_dir', 'alpha_prov', 'beta_fut'): _check_open_unit(name, getattr(self, name))
@@ -62,6 +63,13 @@ class GateParams:
         if q is not None and (isinstance(q, bool) or not isinstance(q, numbers.Real) or not 0.5 < q < 1):
             raise ConfigError(where(f'min_effect_q must be None or strictly between 0.5 and 1, got {q!r}',
                                     'Set it from history: 1/2 + min_gain/(2*discordance)', field='min_effect_q'))
+        f = self.alpha_final
+        if isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 <= f < self.alpha:
+            raise ConfigError(where(f'alpha_final must be a number in [0, alpha) = [0, {self.alpha}), got {f!r}',
+                                    'Use 0 for no final look, e.g. 0.03 with alpha = 0.05', field='alpha_final'))
+
+    @property
+    def alpha_e(self) -> float: return self.alpha - self.alpha_final # the e-process's share of alpha
 
 # %% ../nbs/11_gate.ipynb #8fae4c76
 _TINY = 1e-250
@@ -191,9 +199,9 @@ def round_cap(cap:int, step:int=20) -> int:
     return int(math.ceil(cap / step) * step)
 
 def confirm_log_threshold(params:GateParams) -> float:
-    "log of the E+ level that confirms: the cap-calibrated threshold when `evidence_cap` is set, else log(1/alpha)."
-    if params.evidence_cap is None: return -math.log(params.alpha)
-    return math.log(calibrated_threshold(params.evidence_cap, params.alpha, params.prior_a, params.prior_b))
+    "log of the E+ level that confirms at `alpha_e`: calibrated to `evidence_cap` when it is set, else 1/alpha_e."
+    if params.evidence_cap is None: return -math.log(params.alpha_e)
+    return math.log(calibrated_threshold(params.evidence_cap, params.alpha_e, params.prior_a, params.prior_b))
 
 # %% ../nbs/11_gate.ipynb #0012b1bb
 @functools.lru_cache(maxsize=512)
@@ -236,6 +244,7 @@ class GateState:
     log_reach: object # log E+(W + n_remaining, L): the most E+ can still become
     p_mcnemar: object # exact one-sided McNemar p
     log_fut: object # log E_fut (-inf when no minimum effect is set)
+    p_reach: object = 1.0 # exact McNemar p of (W + n_remaining, L): the least the final look's p can still become
 
 def _may_stop(s:GateState, p:GateParams):
     "The early exits are open: `min_n` units are used, or the ladder is exhausted."
@@ -249,14 +258,18 @@ def _below_min_effect(s:GateState, p:GateParams):
     "E_fut reaches 1/beta_fut (never when `min_effect_q` is unset)."
     return np.asarray(s.log_fut) >= -math.log(p.beta_fut) if p.min_effect_q is not None else False
 
+def _final_look(p_value, p:GateParams):
+    "The ladder end's exact McNemar look confirms at this p (never when `alpha_final` is 0)."
+    return np.asarray(p_value) <= p.alpha_final if p.alpha_final > 0 else np.zeros(np.shape(p_value), bool)
+
 def _plain(log_value) -> float:
     "An e-value as a plain number from its log (saturating at the largest float)."
     return float(_saturating_exp(log_value))
 
 def _confirm_level(p:GateParams) -> str:
     "The confirming E+ level as a reason prints it."
-    c = math.exp(confirm_log_threshold(p))
-    return f'1/alpha = {c:.3g}' if p.evidence_cap is None else f'{c:.3g} (calibrated to {p.evidence_cap} units)'
+    c, name = math.exp(confirm_log_threshold(p)), '1/alpha' if p.alpha_final == 0 else '1/(alpha - alpha_final)'
+    return f'{name} = {c:.3g}' if p.evidence_cap is None else f'{c:.3g} (calibrated to {p.evidence_cap} units)'
 
 def _why_continue(s:GateState, p:GateParams) -> str:
     "The reason of the fallback row."
@@ -278,6 +291,9 @@ GATE_EXITS = (
     GateExit('confirm', 'accept_confirmed', 3, 'may stop, and E+ reaches the confirming level',
              lambda s, p: _may_stop(s, p) & (s.log_ep >= confirm_log_threshold(p)),
              lambda s, p: f'E+ = {_plain(s.log_ep):.3g} >= {_confirm_level(p)}'),
+    GateExit('final_look', 'accept_confirmed', 3, 'ladder end, and exact McNemar p <= alpha_final (when > 0)',
+             lambda s, p: (s.n_remaining == 0) & _final_look(s.p_mcnemar, p),
+             lambda s, p: f'ladder end, exact McNemar p = {s.p_mcnemar:.3g} <= alpha_final = {p.alpha_final}'),
     GateExit('harm', 'reject_directional', 0, 'may stop, and E- reaches 1/alpha_dir',
              lambda s, p: _may_stop(s, p) & (s.log_em >= -math.log(p.alpha_dir)),
              lambda s, p: f'E- = {_plain(s.log_em):.3g} >= 1/alpha_dir = {1/p.alpha_dir:.3g}: the candidate is worse'),
@@ -294,7 +310,7 @@ GATE_EXITS = (
                           f'(McNemar p = {s.p_mcnemar:.3g}, E+ = {_plain(s.log_ep):.3g})'),
     GateExit('unreachable', 'reject_futility', 0, 'min_n used, all wins left cannot confirm, provisional fails now',
              lambda s, p: ((s.n_used >= p.min_n) & (s.log_reach < confirm_log_threshold(p))
-                           & ~_provisional_holds(s, p)),
+                           & ~_final_look(s.p_reach, p) & ~_provisional_holds(s, p)),
              lambda s, p: f'unreachable: even {s.n_remaining} more wins would give E+ = {_plain(s.log_reach):.3g} '
                           f'< {math.exp(confirm_log_threshold(p)):.3g}'),
     GateExit('continue', 'continue', 1, 'otherwise', lambda s, p: True, _why_continue),
@@ -355,7 +371,8 @@ def gate_state(w:int, l:int, n_used:int, n_remaining:int, params:GateParams) -> 
     a, b = float(params.prior_a), float(params.prior_b)
     log_fut = log_e_value_futility(w, l, params.min_effect_q) if params.min_effect_q is not None else -math.inf
     return GateState(w, l, n_used, n_remaining, _log_e_plus(w, l, a, b), _log_e_plus(l, w, a, b),
-                     _log_e_plus(w + n_remaining, l, a, b), float(special.bdtrc(w - 1, w + l, 0.5)), log_fut)
+                     _log_e_plus(w + n_remaining, l, a, b), float(mcnemar_exact_one_sided(w, l)), log_fut,
+                     float(mcnemar_exact_one_sided(w + n_remaining, l)))
 
 def gate_decision(w:int, # W: units the baseline got wrong and the candidate right
                   l:int, # L: units the baseline got right and the candidate wrong

@@ -69,7 +69,7 @@ def exit_from_tables(t:GateTables, # from `gate_tables`
     "Index into `GATE_EXITS` for arrays of (W, L) states at one step, via the tables."
     reach = np.minimum(w + n_remaining, t.log_ep.shape[0] - 1)  # valid states have w + n_remaining <= cap
     state = GateState(w, l, n_used, n_remaining, t.log_ep[w, l], t.log_ep[l, w], t.log_ep[reach, l], t.p_mcnemar[w, l],
-                      t.log_fut[w, l])
+                      t.log_fut[w, l], t.p_mcnemar[reach, l])
     return exit_index(state, params)
 
 # %% ../nbs/11b_gate_sim.ipynb #05006eb9

@@ -18,6 +18,7 @@ from .sim_agent import SimAgent
 from .sim_roles import SimJudge, SimEvolver
 from .skills import DEFAULT_SKILL, load_manifest, set_prompts
 from .config import ACCEPTANCE_RULES
+from .gate import GateParams
 from .log import HarnessLog, TrainRunId
 from .acceptance import Acceptance, GateRequest, _ladders_of
 from .runner import Runner
@@ -66,15 +67,18 @@ RULE_DESCRIPTIONS = {
     'gate_no_futility': 'the gate without the minimum-effect futility',
     'gate_no_calibrate': 'the gate confirming at 1/alpha instead of the cap-calibrated threshold',
     'gate_no_reuse': 'the gate paying for base arms once per skills/prompts version',
-    'gate_keep_open': 'the gate delivering edits still on probation when training ends (open_probations=keep)'
+    'gate_keep_open': 'the gate delivering edits still on probation when training ends (open_probations=keep)',
+    'gate_final_look': ('the gate spending 0.03 of its alpha on one exact McNemar look at the ladder end '
+                        '(gate.alpha_final; the e-process confirms at the other 0.02)')
 }
 SNAPSHOT = dict(probation_evidence='snapshot', probation_share=1/3)
 ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
     'gate_landed': ('gate', SNAPSHOT | dict(futility=False, calibrate=False, reuse_base=False, open_probations='keep')),
     'gate_snapshot': ('gate', SNAPSHOT), 'gate_no_futility': ('gate', dict(futility=False)),
     'gate_no_calibrate': ('gate', dict(calibrate=False)), 'gate_no_reuse': ('gate', dict(reuse_base=False)),
-    'gate_keep_open': ('gate', dict(open_probations='keep'))}
-for name, color in zip(ABLATIONS, ('#a6dba0', '#5aae61', '#7fbf7b', '#c2a5cf', '#9970ab', '#762a83')):
+    'gate_keep_open': ('gate', dict(open_probations='keep')),
+    'gate_final_look': ('gate', dict(gate=GateParams(alpha_final=0.03)))}
+for name, color in zip(ABLATIONS, ('#a6dba0', '#5aae61', '#7fbf7b', '#c2a5cf', '#9970ab', '#762a83', '#1b7837')):
     RULE_LABELS[name], RULE_COLORS[name] = name.replace('_', ' '), color
 EFFECT_BINS = (('harmful', -math.inf, -0.5), ('null', -0.5, 0.5), ('helpful', 0.5, 3.0), ('large', 3.0, math.inf))
 
