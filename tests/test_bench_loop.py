@@ -3,7 +3,7 @@ import asyncio, json
 
 import papermill as pm
 
-from treetrm.core import project_root
+from treetrm.core import ConfigError, project_root
 from treetrm.loop_bench import run_grid, BenchSettings, DEFAULT_GRID_SPLIT, GRID_TYPES
 from treetrm.sim import true_accuracy, world_questions
 
@@ -54,3 +54,16 @@ def test_processes_give_the_serial_numbers(tmp_path):
     strip = lambda s: [{r: {k: x for k, x in v.items() if k not in ('runs', 'wall_s')} | {'runs': [{k: x for k, x in run.items() if k != 'wall_s'} for run in v['runs']]}
                         for r, v in c['rules'].items()} for c in s['cells']]
     assert strip(serial) == strip(parallel)
+
+
+def test_a_failed_job_names_its_world_and_seed_and_keeps_the_finished(tmp_path):
+    "A world whose noise cannot be reached fails with the cell and world seed named; the job before it stays on disk."
+    bad = dict(TINY, realism=dict(flip_rate=0.9))   # the realism model refuses it (reachable: about 0.14 to 0.36)
+    kw = dict(rules=('greedy', ), budget=200, seeds=(0, ), settings=BenchSettings(**SETTINGS), verbose=False)
+    try:
+        asyncio.run(run_grid([TINY, bad], processes=1, workdir=tmp_path, **kw))
+        raise AssertionError('the unreachable world was built')
+    except ConfigError as e:
+        assert 'flip_rate 0.9 cannot be reached' in str(e)
+        assert any('grid cell 1' in n and 'world seed 0' in n and str(tmp_path) in n for n in e.__notes__), e.__notes__
+    assert len(list((tmp_path/'cell0').glob('rows-*.json'))) == 1 and not list((tmp_path/'cell1').glob('rows-*.json'))
