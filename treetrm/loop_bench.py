@@ -31,7 +31,7 @@ __all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SN
            'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner', 'run_calls_by_role',
            'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files', 'timeline_files',
            'train_with_rule', 'run_world', 'mean_ci', 'rule_summary', 'share_of', 'verdict', 'cell_summary',
-           'single_threaded_polars', 'job_rows_file', 'run_job', 'note_failed_job', 'run_grid', 'realistic_world',
+           'single_threaded_polars', 'job_rows_file', 'run_job', 'naming_failed_job', 'run_grid', 'realistic_world',
            'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'grid_bar', 'plot_frontier', 'plot_budget',
            'loop_table', 'write_loop_bench', 'show_loop_bench', 'bar_table']
 
@@ -326,12 +326,16 @@ def _job(args) -> list[dict]:
     "One (world, seed) of the grid in a worker process: a fresh interpreter with no event loop, so it owns one."
     with asyncio.Runner() as loop: return loop.run(run_job(*args))
 
-def note_failed_job(e:BaseException, index:int, cell, seed:int, workdir):
-    "Name the (world, seed) a grid job failed in on its exception, and where the finished jobs are."
-    world = cell.world.get('realism', cell.world)
-    kept = (f'finished jobs are kept in {workdir}: run again with the same workdir to resume' if workdir else
-            'finished jobs were in a temporary folder: pass workdir= to keep them')
-    e.add_note(f'grid cell {index} (world {world}, {cell.world.get("n_videos")} videos), world seed {seed}; {kept}')
+@contextlib.contextmanager
+def naming_failed_job(index:int, cell, seed:int, workdir):
+    "A job's exception leaves with a note naming its (world, seed) and where the finished jobs are."
+    try: yield
+    except Exception as e:
+        world = cell.world.get('realism', cell.world)
+        kept = (f'finished jobs are kept in {workdir}: run again with the same workdir to resume' if workdir else
+                'finished jobs were in a temporary folder: pass workdir= to keep them')
+        e.add_note(f'grid cell {index} (world {world}, {cell.world.get("n_videos")} videos), world seed {seed}; {kept}')
+        raise
 
 async def run_grid(
     worlds: list[dict],  # world specs: make_world arguments without the seed
@@ -362,22 +366,19 @@ async def run_grid(
     try:
         if processes <= 1:
             for k in keys:
-                try: results[k] = await run_job(*jobs[k])
-                except Exception as e:
-                    note_failed_job(e, k[0], cells[k[0]], k[1], workdir)
-                    raise
+                with naming_failed_job(k[0], cells[k[0]], k[1], workdir): results[k] = await run_job(*jobs[k])
                 say(k, results[k])
         else:
             with single_threaded_polars(), cf.ProcessPoolExecutor(processes,
                                                                   mp_context=mp.get_context('spawn')) as pool:
                 futs = {k: asyncio.wrap_future(pool.submit(_job, jobs[k])) for k in keys}
-                for k, f in futs.items():
-                    try: results[k] = await f
-                    except Exception as e:
-                        note_failed_job(e, k[0], cells[k[0]], k[1], workdir)
-                        pool.shutdown(wait=False, cancel_futures=True)  # jobs still queued do not start
-                        raise
-                    say(k, results[k])
+                try:
+                    for k, f in futs.items():
+                        with naming_failed_job(k[0], cells[k[0]], k[1], workdir): results[k] = await f
+                        say(k, results[k])
+                except BaseException:  # a failure or an interrupt: jobs still queued do not start
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
     finally:
         if workdir is None: shutil.rmtree(work, ignore_errors=True)
     out = [cell_summary(c, seeds, [r for s in seeds for r in results[(i, s)]]) for i, c in enumerate(cells)]
