@@ -20,20 +20,20 @@ from .skills import DEFAULT_SKILL, load_manifest, set_prompts
 from .config import ACCEPTANCE_RULES
 from .gate import GateParams
 from .log import HarnessLog, TrainRunId
-from .acceptance import Acceptance, GateRequest, _ladders_of
+from .acceptance import Acceptance, GateRequest, _ladders_of, greedy_rule
 from .runner import Runner
 from .validate import materialised_candidates, candidates_root
 from . import report
 
 # %% auto #0
-__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'ABLATIONS', 'EFFECT_BINS',
+__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'ABLATIONS', 'EFFECT_BINS', 'CEILINGS',
            'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'BAR_RULES', 'oracle_rule',
-           'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner', 'run_calls_by_role',
-           'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files', 'timeline_files',
-           'train_with_rule', 'run_world', 'mean_ci', 'rule_summary', 'share_of', 'verdict', 'cell_summary',
-           'single_threaded_polars', 'job_rows_file', 'run_job', 'naming_failed_job', 'run_grid', 'realistic_world',
-           'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'grid_bar', 'plot_frontier', 'plot_budget',
-           'loop_table', 'write_loop_bench', 'show_loop_bench', 'bar_table']
+           'paid_oracle_rule', 'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner',
+           'run_calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files',
+           'timeline_files', 'train_with_rule', 'run_world', 'mean_ci', 'rule_summary', 'share_of', 'verdict',
+           'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job', 'naming_failed_job', 'run_grid',
+           'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'grid_bar', 'plot_frontier',
+           'plot_budget', 'loop_table', 'write_loop_bench', 'show_loop_bench', 'bar_table']
 
 # %% ../nbs/17b_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
@@ -61,6 +61,8 @@ RULE_DESCRIPTIONS = {
     'bayes': 'Bayesian: accept when P(candidate better | W, L) >= 0.9, uniform prior on P(win | discordant)',
     'oracle': ("accepts iff the edit's true effect on its task type (the world's truth) is positive; "
                "the reference for regret"),
+    'oracle_paid': ("the oracle's decisions at greedy validation's price: both arms paid on the whole ladder, "
+                    "then the truth decides; the ceiling of any rule that validates each candidate once"),
     'gate_landed': ('the gate as landed before the acceptance-pipeline changes: snapshot probation on a 1/3 reserve, '
                     '1/alpha, no futility, base arms per version'),
     'gate_snapshot': 'the gate with snapshot probation on a 1/3 reserve (everything else as the gate)',
@@ -80,6 +82,7 @@ ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
     'gate_final_look': ('gate', dict(gate=GateParams(alpha_final=0.03)))}
 for name, color in zip(ABLATIONS, ('#a6dba0', '#5aae61', '#7fbf7b', '#c2a5cf', '#9970ab', '#762a83', '#1b7837')):
     RULE_LABELS[name], RULE_COLORS[name] = name.replace('_', ' '), color
+RULE_LABELS['oracle_paid'], RULE_COLORS['oracle_paid'] = 'oracle, paid', '#777777'
 EFFECT_BINS = (('harmful', -math.inf, -0.5), ('null', -0.5, 0.5), ('helpful', 0.5, 3.0), ('large', 3.0, math.inf))
 
 # %% ../nbs/17b_loop_bench.ipynb #70bd91fc
@@ -98,6 +101,17 @@ def oracle_rule(world_dir):
         return out
     oracle.__name__ = 'oracle'
     return oracle
+
+def paid_oracle_rule(world_dir):
+    "The oracle's decisions at greedy validation's price: both arms paid on the whole ladder, then the truth decides."
+    truth = oracle_rule(world_dir)
+    async def oracle_paid(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
+        paid, known = await greedy_rule(runner, req), await truth(runner, req)
+        return {t: replace(a, decision=known[t].decision) for t, a in paid.items()}
+    oracle_paid.__name__ = 'oracle_paid'
+    return oracle_paid
+
+CEILINGS = {'oracle': oracle_rule, 'oracle_paid': paid_oracle_rule}  # rules that know the truth: name -> world -> rule
 
 # %% ../nbs/17b_loop_bench.ipynb #f933deaf
 @dataclass(frozen=True)
@@ -196,7 +210,7 @@ async def train_with_rule(runner:Runner, rule:str, max_calls:int) -> tuple[list,
     timeline = [(0, runner.skills.read_files(runner.resolve_version('seed')))]
     def on_event(name, info):
         if name == 'checkpoint' and info['calls'] is not None: timeline.append((info['calls'], info['delivery']))
-    acc, overrides = ABLATIONS.get(rule, (oracle_rule(runner.data_dir) if rule == 'oracle' else rule, {}))
+    acc, overrides = ABLATIONS.get(rule, (CEILINGS[rule](runner.data_dir) if rule in CEILINGS else rule, {}))
     res = await runner.train(f'bench-{rule}', acceptance=acc, on_event=on_event, **overrides)
     return timeline, list(res.state.decisions)
 
@@ -349,9 +363,10 @@ async def run_grid(
 ) -> dict:
     "Train every rule on every (world, seed) at the cell's budget: a truth-scored summary shaped like loop.json."
     settings, t0 = settings or BenchSettings(), time.perf_counter()
-    if bad := [r for r in rules if r not in BENCH_RULES and r not in ABLATIONS]:
+    if bad := [r for r in rules if r not in BENCH_RULES and r not in ABLATIONS and r not in CEILINGS]:
         raise ConfigError(
-            where(f'unknown benchmark rules {bad}', f'Use some of {BENCH_RULES} or the ablations {tuple(ABLATIONS)}',
+            where(f'unknown benchmark rules {bad}',
+                  f'Use some of {BENCH_RULES}, the ablations {tuple(ABLATIONS)} or the ceilings {tuple(CEILINGS)}',
                   field='rules'))
     cells = grid_cells(worlds, budget)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-grid-'))
@@ -382,10 +397,10 @@ async def run_grid(
     finally:
         if workdir is None: shutil.rmtree(work, ignore_errors=True)
     out = [cell_summary(c, seeds, [r for s in seeds for r in results[(i, s)]]) for i, c in enumerate(cells)]
+    held = [r for r in rules if r in ('gate', 'oracle_paid') or r in ABLATIONS]  # the rules read against the bar
     return dict(
-        cells=out, bar={r: grid_bar(out, r)
-                        for r in rules if r == 'gate' or r in ABLATIONS}, rules={r: RULE_DESCRIPTIONS[r]
-                          for r in rules}, settings=asdict(settings), wall_s=round(time.perf_counter() - t0, 1),
+        cells=out, bar={r: grid_bar(out, r) for r in held}, rules={r: RULE_DESCRIPTIONS[r] for r in rules},
+        settings=asdict(settings), wall_s=round(time.perf_counter() - t0, 1),
         units=dict(gain='accuracy points on the test pool, exact expectation (sim.true_accuracy)',
                    budget='model calls of every role per run',
                    ci='95% t interval over world seeds (clustered by world seed)'))
