@@ -40,11 +40,12 @@ BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_mar
 RULE_LABELS = {
     'gate': 'treetrm gate', 'gepa_engine': 'GEPA engine', 'gepa': 'GEPA rule', 'gepa_veto': 'GEPA + val. veto',
     'greedy': 'greedy val.', 'greedy_margin': 'greedy + margin', 'fixed_n': 'fixed-n McNemar', 'bayes': 'Bayes P>0.9',
-    'oracle': 'oracle'
+    'oracle': 'oracle', 'oracle_paid': 'oracle, paid'
 }
 RULE_COLORS = {
     'gate': '#1b7837', 'gepa_engine': '#332288', 'gepa': '#4477aa', 'gepa_veto': '#66ccee', 'greedy': '#ee6677',
-    'greedy_margin': '#aa3377', 'fixed_n': '#ccbb44', 'bayes': '#bbbbbb', 'oracle': '#000000'
+    'greedy_margin': '#aa3377', 'fixed_n': '#ccbb44', 'bayes': '#bbbbbb', 'oracle': '#000000',
+    'oracle_paid': '#777777'
 }
 RULE_DESCRIPTIONS = {
     'gate': ('treetrm: anytime-valid sequential e-value gate on the whole pool, cap-calibrated threshold, '
@@ -82,7 +83,6 @@ ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
     'gate_final_look': ('gate', dict(gate=GateParams(alpha_final=0.03)))}
 for name, color in zip(ABLATIONS, ('#a6dba0', '#5aae61', '#7fbf7b', '#c2a5cf', '#9970ab', '#762a83', '#1b7837')):
     RULE_LABELS[name], RULE_COLORS[name] = name.replace('_', ' '), color
-RULE_LABELS['oracle_paid'], RULE_COLORS['oracle_paid'] = 'oracle, paid', '#777777'
 EFFECT_BINS = (('harmful', -math.inf, -0.5), ('null', -0.5, 0.5), ('helpful', 0.5, 3.0), ('large', 3.0, math.inf))
 
 # %% ../nbs/17b_loop_bench.ipynb #70bd91fc
@@ -102,11 +102,14 @@ def oracle_rule(world_dir):
     oracle.__name__ = 'oracle'
     return oracle
 
-def paid_oracle_rule(world_dir):
+def paid_oracle_rule(world_dir,
+                     pay=greedy_rule, # the rule whose evidence is paid for (its decisions are dropped)
+                     truth=None # the rule that decides (None: the oracle of `world_dir`)
+                    ):
     "The oracle's decisions at greedy validation's price: both arms paid on the whole ladder, then the truth decides."
-    truth = oracle_rule(world_dir)
+    truth = truth or oracle_rule(world_dir)
     async def oracle_paid(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
-        paid, known = await greedy_rule(runner, req), await truth(runner, req)
+        paid, known = await pay(runner, req), await truth(runner, req)
         return {t: replace(a, decision=known[t].decision) for t, a in paid.items()}
     oracle_paid.__name__ = 'oracle_paid'
     return oracle_paid
