@@ -32,6 +32,9 @@ def test_loop_bench_notebook(tmp_path):
     c = s['cells'][0]
     assert {k: c['world'][k] for k in TINY} == json.loads(json.dumps(TINY)) and c['budget'] == 400 and c['seeds'] == [0] and set(c['rules']) == set(RULES)
     for f in s['figures']: assert (out.parent/f).stat().st_size > 5_000
+    assert {f.split('.')[0] for f in s['figures']} == {'loop_frontier', 'loop_budget', 'loop_pooled'}
+    assert {(r['units'], r['rule']) for r in s['pooled']} == {('16 videos', r) for r in RULES}
+    assert all(r['gain'] == c['rules'][r['rule']]['gain']['mean'] for r in s['pooled'])  # one cell: the cell's mean
     ws = next((work/'cell0').glob('w0-*'))
     test = [world_questions(ws/'world')[k] for k in [(q.video_id, q.question) for q in world_questions(ws/'world').values()]
             if k[0] in json.loads((ws/'workspace'/'pools'/'pools.json').read_text())['pools']['test']['videos']]

@@ -32,8 +32,9 @@ __all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SN
            'run_calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files',
            'timeline_files', 'train_with_rule', 'run_world', 'mean_ci', 'rule_summary', 'share_of', 'verdict',
            'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job', 'naming_failed_job', 'run_grid',
-           'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'grid_bar', 'plot_frontier',
-           'plot_budget', 'loop_table', 'write_loop_bench', 'show_loop_bench', 'bar_table']
+           'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'cell_mixture', 'grid_bar',
+           'pooled_rows', 'plot_frontier', 'plot_budget', 'plot_pooled', 'loop_table', 'write_loop_bench',
+           'show_loop_bench', 'bar_table']
 
 # %% ../nbs/17b_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
@@ -72,7 +73,9 @@ RULE_DESCRIPTIONS = {
     'gate_no_reuse': 'the gate paying for base arms once per skills/prompts version',
     'gate_keep_open': 'the gate delivering edits still on probation when training ends (open_probations=keep)',
     'gate_final_look': ('the gate spending 0.03 of its alpha on one exact McNemar look at the ladder end '
-                        '(gate.alpha_final; the e-process confirms at the other 0.02)')
+                        '(gate.alpha_final; the e-process confirms at the other 0.02)'),
+    'gate_a10': 'the gate confirming at alpha = 0.10 (its cap-calibrated threshold; everything else as the gate)',
+    'gate_a20': 'the gate confirming at alpha = 0.20 (its cap-calibrated threshold; everything else as the gate)'
 }
 SNAPSHOT = dict(probation_evidence='snapshot', probation_share=1/3)
 ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
@@ -80,8 +83,11 @@ ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
     'gate_snapshot': ('gate', SNAPSHOT), 'gate_no_futility': ('gate', dict(futility=False)),
     'gate_no_calibrate': ('gate', dict(calibrate=False)), 'gate_no_reuse': ('gate', dict(reuse_base=False)),
     'gate_keep_open': ('gate', dict(open_probations='keep')),
-    'gate_final_look': ('gate', dict(gate=GateParams(alpha_final=0.03)))}
-for name, color in zip(ABLATIONS, ('#a6dba0', '#5aae61', '#7fbf7b', '#c2a5cf', '#9970ab', '#762a83', '#1b7837')):
+    'gate_final_look': ('gate', dict(gate=GateParams(alpha_final=0.03))),
+    'gate_a10': ('gate', dict(gate=GateParams(alpha=0.10))),
+    'gate_a20': ('gate', dict(gate=GateParams(alpha=0.20)))}
+for name, color in zip(ABLATIONS, ('#a6dba0', '#5aae61', '#7fbf7b', '#c2a5cf', '#9970ab', '#762a83', '#1b7837',
+                                   '#e08214', '#b35806')):
     RULE_LABELS[name], RULE_COLORS[name] = name.replace('_', ' '), color
 EFFECT_BINS = (('harmful', -math.inf, -0.5), ('null', -0.5, 0.5), ('helpful', 0.5, 3.0), ('large', 3.0, math.inf))
 
@@ -436,10 +442,14 @@ def val_units(world:dict) -> str:
     return next((str(u) for u, v in VIDEOS_FOR_UNITS.items() if v == world.get('n_videos')),
                 f"{world.get('n_videos')} videos")
 
+def cell_mixture(cell:dict) -> str:
+    "A cell's effect mixture (`realism.effects`; the profile for other worlds): the bar pools noise levels by it."
+    return str(cell['world'].get('realism', {}).get('effects', cell['world'].get('profile', '-')))
+
 def grid_bar(cells:list[dict], # the cells of a grid summary
              rule:str='gate' # the rule held to the bar
             ) -> dict:
-    "Per validation size: pooled and worst-cell P(worse), cells at or above the best bar rule, share of oracle."
+    "Per validation size: pooled and worst-cell P(worse), cells and mixtures at or above the best bar rule, share."
     out = {}
     for size in dict.fromkeys(val_units(c['world']) for c in cells):
         mine = [c for c in cells if val_units(c['world']) == size and rule in c['rules']]
@@ -449,12 +459,37 @@ def grid_bar(cells:list[dict], # the cells of a grid summary
         best = [max((r for r in BAR_RULES if r in c['rules']), key=lambda r: gain(c, r), default=None) for c in mine]
         at_least = [b is not None and gain(c, rule) >= gain(c, b) for c, b in zip(mine, best)]
         oracle = sum(gain(c, 'oracle') for c in mine if 'oracle' in c['rules'])
+        mixtures = {m: [c for c in mine if cell_mixture(c) == m] for m in dict.fromkeys(map(cell_mixture, mine))}
+        pooled = lambda cs, r: sum(gain(c, r) * len(c['seeds']) for c in cs) / sum(len(c['seeds']) for c in cs)
+        bars = {m: [r for r in BAR_RULES if all(r in c['rules'] for c in cs)] for m, cs in mixtures.items()}
         out[size] = dict(
             cells=len(mine), runs=sum(len(c['seeds']) for c in mine), worse=sum(worse),
             p_worse=sum(worse) / sum(len(c['seeds']) for c in mine), worst_cell_worse=max(worse),
-            cells_at_least_best=sum(at_least), best_bar_rule=best,
+            cells_at_least_best=sum(at_least), best_bar_rule=best, mixtures=len(mixtures),
+            mixtures_at_least_best=sum(bool(bars[m]) and pooled(cs, rule) >= max(pooled(cs, r) for r in bars[m])
+                                       for m, cs in mixtures.items()),
             bar_rules_missing=sorted(set(BAR_RULES) - {r for c in mine for r in c['rules']}),
             share_of_oracle=sum(gain(c, rule) for c in mine) / oracle if oracle > 0 else None)
+    return out
+
+# %% ../nbs/17b_loop_bench.ipynb #f0c4d8e1
+def pooled_rows(cells:list[dict]) -> list[dict]:
+    "Per (validation size, rule): gain pooled over the size's cells (t interval over world seeds), runs worse, share."
+    out = []
+    for size in dict.fromkeys(val_units(c['world']) for c in cells):
+        mine = [c for c in cells if val_units(c['world']) == size]
+        oracle, rules = None, dict.fromkeys(r for c in mine for r in c['rules'])
+        for rule in [r for r in rules if all(r in c['rules'] for c in mine)]:
+            runs = [{r['seed']: r for r in c['rules'][rule]['runs']} for c in mine]
+            seeds = sorted(set.intersection(*(set(r) for r in runs)))
+            if not seeds: continue
+            g = mean_ci([sum(r[s]['gain'] for r in runs) / len(runs) for s in seeds])
+            worse = sum(r[s]['worse_than_seed'] for r in runs for s in seeds)
+            if rule == 'oracle': oracle = g['mean']
+            out.append(dict(units=size, rule=rule, gain=g['mean'], gain_lo=g['ci'][0], gain_hi=g['ci'][1],
+                            worse=worse, runs=len(seeds) * len(mine), p_worse=worse / (len(seeds) * len(mine))))
+        for row in out:
+            if row['units'] == size: row['share_of_oracle'] = row['gain'] / oracle if oracle and oracle > 0 else None
     return out
 
 # %% ../nbs/17b_loop_bench.ipynb #711dbd1a
@@ -505,6 +540,25 @@ def plot_budget(summary:dict) -> Figure:
         axes[0].legend(fontsize=5, loc='best')
         return report.finish_figure(fig)
 
+def plot_pooled(summary:dict) -> Figure:
+    "Per validation size: each rule's pooled gain (95% interval over world seeds) against its share of runs worse."
+    rows = pooled_rows(summary['cells'])
+    sizes = list(dict.fromkeys(r['units'] for r in rows))
+    with report.paper_style():
+        fig = Figure(figsize=(3.4 * len(sizes), 3.0))
+        for ax, size in zip(fig.subplots(1, len(sizes), squeeze=False).ravel(), sizes):
+            for r in (r for r in rows if r['units'] == size):
+                ax.errorbar(r['p_worse'], r['gain'], yerr=[[r['gain'] - r['gain_lo']], [r['gain_hi'] - r['gain']]],
+                            fmt='o', ms=4, capsize=2, lw=0.8, color=RULE_COLORS.get(r['rule'], '#888888'),
+                            label=RULE_LABELS.get(r['rule'], r['rule']))
+            ax.axhline(0, color='#444444', lw=0.6)
+            ax.axvline(0.05, color='#999999', lw=0.6, ls=':')  # the acceptance bar's pooled risk
+            ax.set_xlabel('P(delivered worse than seed); dotted: 5%')
+            ax.set_ylabel('true test gain (points)')
+            ax.set_title(f'{size} validation units per type, pooled over cells', fontsize=7)
+            ax.legend(fontsize=5, loc='best')
+        return report.finish_figure(fig)
+
 def loop_table(summary:dict) -> pl.DataFrame:
     "One row per (cell, rule): gain and interval, P(worse than seed), harm shipped, regret, calls."
     rows = [
@@ -518,11 +572,12 @@ def loop_table(summary:dict) -> pl.DataFrame:
 
 def write_loop_bench(summary:dict, out:str|Path # the JSON file; relative paths resolve from the project root
                     ) -> Path:
-    "Write the summary JSON and the figures (stem_frontier.*, stem_budget.*) next to it; returns the JSON path."
+    "Write the summary JSON (with `pooled`) and the figures (stem_frontier/_budget/_pooled.*) beside it; its path."
     path = from_root(out)
-    figs = {f'{path.stem}_frontier': plot_frontier(summary), f'{path.stem}_budget': plot_budget(summary)}
+    figs = {f'{path.stem}_frontier': plot_frontier(summary), f'{path.stem}_budget': plot_budget(summary),
+            f'{path.stem}_pooled': plot_pooled(summary)}
     files = [p.name for name, fig in figs.items() for p in report.save_figure(fig, name, path.parent).values()]
-    atomic_write_json(path, summary | dict(figures=files), indent=1)
+    atomic_write_json(path, summary | dict(pooled=pooled_rows(summary['cells']), figures=files), indent=1)
     return path
 
 def show_loop_bench(summary:dict):
@@ -534,7 +589,8 @@ def show_loop_bench(summary:dict):
     report.show_report(
         {
             'table': loop_table(summary), 'verdict': verdicts, 'bar': bar_table(summary),
-            'frontier': plot_frontier(summary), 'budget': plot_budget(summary)
+            'pooled': pl.DataFrame(pooled_rows(summary['cells'])).with_columns(pl.col(pl.Float64).round(3)),
+            'frontier': plot_frontier(summary), 'pooled frontier': plot_pooled(summary), 'budget': plot_budget(summary)
         }, 'loop benchmark')
 
 def bar_table(summary:dict) -> pl.DataFrame:
@@ -542,6 +598,7 @@ def bar_table(summary:dict) -> pl.DataFrame:
     return pl.DataFrame([
         dict(rule=rule, units=size, runs=b['runs'], worse=b['worse'], worst_cell_worse=b['worst_cell_worse'],
              cells_at_least_best=f"{b['cells_at_least_best']}/{b['cells']}",
+             mixtures_at_least_best=f"{b['mixtures_at_least_best']}/{b['mixtures']}",
              share_of_oracle=None if b['share_of_oracle'] is None else round(b['share_of_oracle'], 3))
         for rule, sizes in summary.get('bar', {}).items() for size, b in sizes.items()
     ], schema_overrides={'share_of_oracle': pl.Float64})
