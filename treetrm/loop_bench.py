@@ -478,18 +478,17 @@ def pooled_rows(cells:list[dict]) -> list[dict]:
     out = []
     for size in dict.fromkeys(val_units(c['world']) for c in cells):
         mine = [c for c in cells if val_units(c['world']) == size]
-        oracle, rules = None, dict.fromkeys(r for c in mine for r in c['rules'])
+        rows, rules = [], dict.fromkeys(r for c in mine for r in c['rules'])
         for rule in [r for r in rules if all(r in c['rules'] for c in mine)]:
             runs = [{r['seed']: r for r in c['rules'][rule]['runs']} for c in mine]
             seeds = sorted(set.intersection(*(set(r) for r in runs)))
             if not seeds: continue
             g = mean_ci([sum(r[s]['gain'] for r in runs) / len(runs) for s in seeds])
             worse = sum(r[s]['worse_than_seed'] for r in runs for s in seeds)
-            if rule == 'oracle': oracle = g['mean']
-            out.append(dict(units=size, rule=rule, gain=g['mean'], gain_lo=g['ci'][0], gain_hi=g['ci'][1],
-                            worse=worse, runs=len(seeds) * len(mine), p_worse=worse / (len(seeds) * len(mine))))
-        for row in out:
-            if row['units'] == size: row['share_of_oracle'] = row['gain'] / oracle if oracle and oracle > 0 else None
+            rows.append(dict(units=size, rule=rule, gain=g['mean'], gain_lo=g['ci'][0], gain_hi=g['ci'][1],
+                             worse=worse, runs=len(seeds) * len(mine), p_worse=worse / (len(seeds) * len(mine))))
+        oracle = next((r['gain'] for r in rows if r['rule'] == 'oracle'), None)
+        out += [r | dict(share_of_oracle=r['gain'] / oracle if oracle and oracle > 0 else None) for r in rows]
     return out
 
 # %% ../nbs/17b_loop_bench.ipynb #711dbd1a
