@@ -98,7 +98,7 @@ class TrainConfig:
     p_low: float = 0.02 # warm ladders drop units with p̂ below this
     p_high: float = 0.98 # ... and above this
     min_ladder_units: int = 60 # task types with fewer validation units are not gated
-    probation_share: float | None = None  # units held out for snapshot probations (None: 1/3 if snapshot, else 0)
+    probation_share: float | None = None  # held out for snapshot probation (None: 1/3 if it can happen)
     ladder_cap: int|None = None # the gate consumes at most this many units (None: the whole ladder)
     max_steps: int = 15 # agent tool budget per question
     infra_guard: float = 0.2 # a rollout with a larger INFRA share stops the run

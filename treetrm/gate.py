@@ -8,16 +8,17 @@ import dataclasses, functools, math, numbers
 from dataclasses import dataclass, field
 from typing import Callable
 import numpy as np
-from scipy import special
+from scipy import optimize, special, stats
 from .core import ConfigError, DataError, where
 
 # %% auto #0
 __all__ = ['GATE_EXITS', 'RULE_DECISIONS', 'EXIT_INDEX', 'DECISIONS', 'DECISION_RANK', 'QUADRANTS', 'PROBATION_ACTIONS',
            'GateInputError', 'GateParams', 'log_betainc', 'log_e_value_plus', 'log_e_value_minus', 'e_value_plus',
            'e_value_minus', 'mcnemar_exact_one_sided', 'log_e_value_futility', 'calibrated_threshold', 'round_cap',
-           'confirm_log_threshold', 'detectable_q', 'min_effect_q_for', 'GateState', 'GateExit', 'exit_index',
-           'GateVerdict', 'shrunk_delta', 'gate_state', 'gate_decision', 'paired_differences', 'flip_counts',
-           'PairBlock', 'pair_block', 'quadrant', 'Quadrants', 'classify_quadrants', 'probation_decision']
+           'confirm_log_threshold', 'detectable_q', 'look_detectable_q', 'min_effect_q_for', 'GateState', 'GateExit',
+           'exit_index', 'GateVerdict', 'shrunk_delta', 'gate_state', 'gate_decision', 'paired_differences',
+           'flip_counts', 'PairBlock', 'pair_block', 'quadrant', 'Quadrants', 'classify_quadrants',
+           'probation_decision']
 
 # %% ../nbs/11_gate.ipynb #6445d60d
 class GateInputError(DataError, ValueError):
@@ -70,6 +71,9 @@ class GateParams:
 
     @property
     def alpha_e(self) -> float: return self.alpha - self.alpha_final # the e-process's share of alpha
+    @property
+    def provisional(self) -> bool: # can a ladder end leave an edit provisional (so probation happens)?
+        return self.alpha_prov > self.alpha_final # else every p <= alpha_prov confirms by the final look first
 
 # %% ../nbs/11_gate.ipynb #8fae4c76
 _TINY = 1e-250
@@ -219,16 +223,30 @@ def detectable_q(n_flips:int, # discordant flips the evidence can hold
         else: lo = mid
     return hi
 
-def min_effect_q_for(params:GateParams, # the gate settings (alpha, prior, beta_fut, evidence_cap)
+@functools.lru_cache(maxsize=512)
+def look_detectable_q(n_flips:int, # discordant flips at the look
+                      alpha:float, # the look's level (`alpha_final`)
+                      power:float=0.8 # chance of confirming that defines 'detectable'
+                     ) -> float:
+    "Smallest q that one exact one-sided McNemar test at `alpha` over `n_flips` flips confirms with prob. >= `power`."
+    w_crit = int(stats.binom.isf(alpha, n_flips, 0.5)) + 1  # smallest W with P(Bin(n, 1/2) >= W) <= alpha
+    if w_crit > n_flips: return 1.0
+    return float(optimize.brentq(lambda q: stats.binom.sf(w_crit - 1, n_flips, q) - power, 0.5, 1.0, xtol=1e-9))
+
+def min_effect_q_for(params:GateParams, # the gate settings (alpha, prior, beta_fut, evidence_cap, alpha_final)
                      cap:int, # most units the evidence can hold
                      discordance:float, # expected share of units whose outcome differs between two draws
-                     q_max:float=0.95 # never ask for more than this
+                     q_max:float=0.95, # never ask for more than this
+                     ladder:int|None=None # units the final look sees (None: `cap`); used when alpha_final > 0
                     ) -> float:
     "The futility test's q1: the smallest q the pool can confirm with power 1 - beta_fut, capped at q_max."
     if not 0 < discordance <= 1:
         raise ConfigError(where(f'discordance must be in (0, 1], got {discordance!r}', field='discordance'))
     flips = max(1, int(round(discordance * cap)))
     q1 = detectable_q(flips, confirm_log_threshold(params), 1 - params.beta_fut, params.prior_a, params.prior_b)
+    if params.alpha_final > 0:  # either test confirming is enough: the easier one sets what the pool can see
+        look = max(1, int(round(discordance * (cap if ladder is None else ladder))))
+        q1 = min(q1, look_detectable_q(look, params.alpha_final, 1 - params.beta_fut))
     return float(min(q1, q_max))
 
 # %% ../nbs/11_gate.ipynb #55c1543e

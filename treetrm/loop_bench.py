@@ -26,9 +26,9 @@ from .validate import materialised_candidates, candidates_root
 from . import report
 
 # %% auto #0
-__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'ABLATIONS', 'EFFECT_BINS', 'CEILINGS',
-           'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'BAR_RULES', 'oracle_rule',
-           'paid_oracle_rule', 'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner',
+__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'END_LOOK', 'ABLATIONS', 'EFFECT_BINS',
+           'CEILINGS', 'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'BAR_RULES',
+           'oracle_rule', 'paid_oracle_rule', 'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner',
            'run_calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files',
            'timeline_files', 'train_with_rule', 'run_world', 'mean_ci', 'rule_summary', 'share_of', 'verdict',
            'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job', 'naming_failed_job', 'run_grid',
@@ -75,9 +75,13 @@ RULE_DESCRIPTIONS = {
     'gate_final_look': ('the gate spending 0.03 of its alpha on one exact McNemar look at the ladder end '
                         '(gate.alpha_final; the e-process confirms at the other 0.02)'),
     'gate_a10': 'the gate confirming at alpha = 0.10 (its cap-calibrated threshold; everything else as the gate)',
-    'gate_a20': 'the gate confirming at alpha = 0.20 (its cap-calibrated threshold; everything else as the gate)'
+    'gate_a20': 'the gate confirming at alpha = 0.20 (its cap-calibrated threshold; everything else as the gate)',
+    'gate_end45': ('the gate without probation: one exact McNemar look at the ladder end at alpha_final = 0.045 '
+                   '(alpha_prov = 0.045, so no provisional accept is left), the e-process confirming early at 0.005'),
+    'gate_end45_nofut': 'gate_end45 without the minimum-effect futility'
 }
 SNAPSHOT = dict(probation_evidence='snapshot', probation_share=1/3)
+END_LOOK = GateParams(alpha_final=0.045, alpha_prov=0.045)  # a final look that leaves no provisional accept
 ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
     'gate_landed': ('gate', SNAPSHOT | dict(futility=False, calibrate=False, reuse_base=False, open_probations='keep')),
     'gate_snapshot': ('gate', SNAPSHOT), 'gate_no_futility': ('gate', dict(futility=False)),
@@ -85,9 +89,10 @@ ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
     'gate_keep_open': ('gate', dict(open_probations='keep')),
     'gate_final_look': ('gate', dict(gate=GateParams(alpha_final=0.03))),
     'gate_a10': ('gate', dict(gate=GateParams(alpha=0.10))),
-    'gate_a20': ('gate', dict(gate=GateParams(alpha=0.20)))}
+    'gate_a20': ('gate', dict(gate=GateParams(alpha=0.20))),
+    'gate_end45': ('gate', dict(gate=END_LOOK)), 'gate_end45_nofut': ('gate', dict(gate=END_LOOK, futility=False))}
 for name, color in zip(ABLATIONS, ('#a6dba0', '#5aae61', '#7fbf7b', '#c2a5cf', '#9970ab', '#762a83', '#1b7837',
-                                   '#e08214', '#b35806')):
+                                   '#e08214', '#b35806', '#8073ac', '#2d004b')):
     RULE_LABELS[name], RULE_COLORS[name] = name.replace('_', ' '), color
 EFFECT_BINS = (('harmful', -math.inf, -0.5), ('null', -0.5, 0.5), ('helpful', 0.5, 3.0), ('large', 3.0, math.inf))
 

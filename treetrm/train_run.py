@@ -128,7 +128,7 @@ class TrainRun:
     def pools_file(self, epoch:int) -> Path: return self.dir/f'gate_pools_e{epoch}.json'
     def evidence_cap(self, task_type:str) -> int:
         "Most units the type's e-process can pair in this run."
-        rounds = self.config.probation_rounds if self.evidence == 'fresh' else 0
+        rounds = self.config.probation_rounds if self.evidence == 'fresh' and self.config.gate.provisional else 0
         return evidence_cap(sum(u.task_type == task_type for u in self.val_units), rounds)
     def thresholds(self) -> dict[str, float]:
         "Task type -> the E+ level that confirms its edits in this run (what the step report draws)."
@@ -164,7 +164,8 @@ def probation_design(config:TrainConfig, # the run's settings
                                 field='probation_evidence'))
     fresh = config.probation_evidence == 'fresh' or (config.probation_evidence == 'auto' and samples)
     evidence = 'fresh' if fresh else 'snapshot'
-    share = config.probation_share if config.probation_share is not None else (0.0 if evidence == 'fresh' else 1/3)
+    held = 1/3 if evidence == 'snapshot' and config.gate.provisional else 0.0  # no probation, no reserve
+    share = config.probation_share if config.probation_share is not None else held
     return evidence, share
 
 # %% ../nbs/16e_train_run.ipynb #b7523051
@@ -282,7 +283,7 @@ def type_gate_params(config:TrainConfig, # the run's settings
     p = config.gate
     if config.calibrate: p = replace(p, evidence_cap=cap)
     if config.futility and p.min_effect_q is None:
-        p = replace(p, min_effect_q=min_effect_q_for(p, cap, discordance_estimate(ladder, history)))
+        p = replace(p, min_effect_q=min_effect_q_for(p, cap, discordance_estimate(ladder, history), ladder=len(ladder)))
     return p
 
 # %% ../nbs/16e_train_run.ipynb #bb7f3cd4
