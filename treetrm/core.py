@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #121e446a
 from __future__ import annotations
-import asyncio, collections, contextlib, hashlib, importlib, json, os, shutil, tempfile
+import asyncio, collections, contextlib, hashlib, importlib, json, os, shutil, sqlite3, tempfile, time
 from pathlib import Path
 
 from fastcore.basics import patch
@@ -13,7 +13,8 @@ from fastcore.basics import patch
 __all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count',
            'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'atomic_write_bytes',
            'atomic_write_text', 'sweep_temp_files', 'canonical_json', 'atomic_write_json', 'read_json', 'file_identity',
-           'folder_listing', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed', 'Slots']
+           'folder_listing', 'connect_wal', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed',
+           'Slots']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -182,6 +183,28 @@ def folder_listing(folder:str|Path, suffix:str='') -> tuple:
         got = [(e.name, *file_identity(e.path)) for e in it
                if e.name.endswith(suffix) and not e.name.startswith('.') and e.is_file()]
     return tuple(sorted(got))
+
+# %% ../nbs/00_core.ipynb #dcaca053
+def connect_wal(path:str|Path, # the database file; made when missing
+                timeout_s:float=30.0, # how long to wait for another writer (the busy timeout)
+                **kwargs # more `sqlite3.connect` arguments, e.g. isolation_level=None
+               ) -> sqlite3.Connection:
+    "A SQLite connection usable from any thread, with a busy timeout, switched to WAL journaling."
+    conn = sqlite3.connect(path, timeout=timeout_s, check_same_thread=False, **kwargs)
+    try:
+        conn.execute(f'PRAGMA busy_timeout = {int(timeout_s*1000)}')
+        deadline, tries = time.monotonic() + timeout_s, 0
+        while True:
+            try:
+                conn.execute('PRAGMA journal_mode = WAL')
+                return conn
+            except sqlite3.OperationalError as e:
+                if 'locked' not in str(e) or time.monotonic() >= deadline: raise
+            tries += 1
+            time.sleep(min(0.02 * tries, 0.5))
+    except BaseException:
+        conn.close()
+        raise
 
 # %% ../nbs/00_core.ipynb #929a812f
 def sha256_bytes(data:bytes) -> str: return hashlib.sha256(data).hexdigest()

@@ -10,7 +10,7 @@ from typing import Iterable, Mapping
 
 import polars as pl
 from fastcore.basics import patch
-from .core import (ConfigError, DataError, where, atomic_write_json, read_json,
+from .core import (ConfigError, DataError, where, atomic_write_json, connect_wal, read_json,
                           sha256_json, sha256_text, stable_seed)
 from .data import unit_correct
 from .log import GATE_RUN_MARK
@@ -444,8 +444,7 @@ class BaselineCache:
 
     def _open(self) -> sqlite3.Connection:
         try:
-            con = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            con.execute('PRAGMA journal_mode=WAL')
+            con = connect_wal(self.path, 30.0)
             con.executescript(_SCHEMA)
             return con
         except sqlite3.DatabaseError as e:

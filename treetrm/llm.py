@@ -13,7 +13,7 @@ from typing import Callable, Protocol, runtime_checkable
 import json_repair, openai
 from fastcore.basics import patch
 
-from .core import ConfigError, DataError, InfraError, Slots, where, sha256_json, sha256_text
+from .core import ConfigError, DataError, InfraError, Slots, connect_wal, where, sha256_json, sha256_text
 from .llm_config import RoleConfig, load_role_config, redact, role_env_name, thinking_extra_body
 
 # %% auto #0
@@ -255,9 +255,7 @@ class ResponseCache:
         "The open database (call with the lock held)."
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.execute('PRAGMA journal_mode=WAL')
-            db.execute('PRAGMA busy_timeout=10000')
+            db = connect_wal(self.path, 10.0, isolation_level=None)
             db.execute('CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, content TEXT NOT NULL, '
                        'reasoning TEXT, usage TEXT, created_at TEXT)')
             self._db = db

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 import polars as pl
 from fastcore.basics import patch
-from .core import ConfigError, DataError, InfraError, canonical_json, where
+from .core import ConfigError, DataError, InfraError, canonical_json, connect_wal, where
 from .skills import skill_slug
 
 # %% auto #0
@@ -167,12 +167,13 @@ def connect(path:str|Path, # the database file
             readonly:bool=False # open read-only; the file must exist
            ) -> sqlite3.Connection:
     "A SQLite connection to `path` in WAL mode with a busy timeout."
-    uri = f'{Path(path).resolve().as_uri()}?mode=ro' if readonly else str(path)
     try:
-        conn = sqlite3.connect(uri, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False, uri=readonly)
-        conn.execute(f'PRAGMA busy_timeout = {int(busy_timeout_s*1000)}')
-        mode = conn.execute('PRAGMA journal_mode').fetchone()[0] if readonly else conn.execute(
-            'PRAGMA journal_mode = WAL').fetchone()[0]
+        if readonly:
+            conn = sqlite3.connect(f'{Path(path).resolve().as_uri()}?mode=ro', timeout=busy_timeout_s,
+                                   isolation_level=None, check_same_thread=False, uri=True)
+            conn.execute(f'PRAGMA busy_timeout = {int(busy_timeout_s*1000)}')
+        else: conn = connect_wal(path, busy_timeout_s, isolation_level=None)
+        mode = conn.execute('PRAGMA journal_mode').fetchone()[0]
         conn.execute('PRAGMA synchronous = NORMAL')
     except sqlite3.DatabaseError as e:
         raise InfraError(
