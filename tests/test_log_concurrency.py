@@ -95,7 +95,7 @@ def open_fresh(path, barrier, results):
 
 def test_racing_openers_of_a_new_file_all_get_wal(tmp_path):
     "Three processes create one harness.db at once, 15 times: each gets a WAL connection, none 'database is locked'."
-    # Before `connect` retried the WAL switch, about one opener in six failed at once (measured: 21 of 120), so 45
+    # Before `connect_wal` retried the WAL switch, about one opener in six failed at once (measured: 21 of 120), so 45
     # openers all succeeding by luck had a chance below 1 in 1000.
     outcomes = []
     for k in range(15):

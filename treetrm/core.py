@@ -187,12 +187,15 @@ def folder_listing(folder:str|Path, suffix:str='') -> tuple:
 # %% ../nbs/00_core.ipynb #dcaca053
 def connect_wal(path:str|Path, # the database file; made when missing
                 timeout_s:float=30.0, # how long to wait for another writer (the busy timeout)
+                readonly:bool=False, # open an existing file read-only, in the journal mode it has
                 **kwargs # more `sqlite3.connect` arguments, e.g. isolation_level=None
                ) -> sqlite3.Connection:
-    "A SQLite connection usable from any thread, with a busy timeout, switched to WAL journaling."
-    conn = sqlite3.connect(path, timeout=timeout_s, check_same_thread=False, **kwargs)
+    "A SQLite connection usable from any thread, with a busy timeout, switched to WAL journaling unless read-only."
+    target = f'{Path(path).resolve().as_uri()}?mode=ro' if readonly else path
+    conn = sqlite3.connect(target, timeout=timeout_s, check_same_thread=False, uri=readonly, **kwargs)
     try:
         conn.execute(f'PRAGMA busy_timeout = {int(timeout_s*1000)}')
+        if readonly: return conn
         deadline, tries = time.monotonic() + timeout_s, 0
         while True:
             try:

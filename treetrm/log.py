@@ -168,11 +168,7 @@ def connect(path:str|Path, # the database file
            ) -> sqlite3.Connection:
     "A SQLite connection to `path` in WAL mode with a busy timeout."
     try:
-        if readonly:
-            conn = sqlite3.connect(f'{Path(path).resolve().as_uri()}?mode=ro', timeout=busy_timeout_s,
-                                   isolation_level=None, check_same_thread=False, uri=True)
-            conn.execute(f'PRAGMA busy_timeout = {int(busy_timeout_s*1000)}')
-        else: conn = connect_wal(path, busy_timeout_s, isolation_level=None)
+        conn = connect_wal(path, busy_timeout_s, readonly, isolation_level=None)
         mode = conn.execute('PRAGMA journal_mode').fetchone()[0]
         conn.execute('PRAGMA synchronous = NORMAL')
     except sqlite3.DatabaseError as e:
