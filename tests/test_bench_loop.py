@@ -1,5 +1,5 @@
 "The loop benchmark notebook runs under papermill with a tiny grid; its JSON has loop.json's shape, gains from the planted truth, and worker processes give the serial numbers."
-import asyncio, json
+import asyncio, gc, json
 
 import papermill as pm
 
@@ -70,3 +70,23 @@ def test_a_failed_job_names_its_world_and_seed_and_keeps_the_finished(tmp_path):
         assert 'flip_rate 0.9 cannot be reached' in str(e)
         assert any('grid cell 1' in n and 'world seed 0' in n and str(tmp_path) in n for n in e.__notes__), e.__notes__
     assert len(list((tmp_path/'cell0').glob('rows-*.json'))) == 1 and not list((tmp_path/'cell1').glob('rows-*.json'))
+
+
+def test_failed_jobs_in_workers_leave_no_unretrieved_future(tmp_path):
+    "Every job of a worker pool failing raises the first failure once; the others' are not left for asyncio to log."
+    bad = dict(TINY, realism=dict(flip_rate=0.9))
+    kw = dict(rules=('greedy', ), budget=200, seeds=(0, 1), settings=BenchSettings(**SETTINGS), verbose=False)
+    unretrieved = []
+
+    async def grid_then_collect():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: unretrieved.append(ctx['message']))
+        try:
+            await run_grid([bad], processes=2, workdir=tmp_path, **kw)
+            raise AssertionError('the unreachable world was built')
+        except ConfigError as e: assert 'flip_rate 0.9 cannot be reached' in str(e)
+        await asyncio.sleep(0.2)  # the pool has shut down; its last callbacks reach the loop
+        gc.collect()
+        await asyncio.sleep(0)
+
+    asyncio.run(grid_then_collect())
+    assert unretrieved == [], unretrieved

@@ -407,6 +407,8 @@ async def run_grid(
                         say(k, results[k])
                 except BaseException:  # a failure or an interrupt: jobs still queued do not start
                     pool.shutdown(wait=False, cancel_futures=True)
+                    for f in futs.values():  # the other jobs' outcomes go with this one: none left for asyncio to log
+                        if not f.cancel() and not f.cancelled(): f.exception()
                     raise
     finally:
         if workdir is None: shutil.rmtree(work, ignore_errors=True)
