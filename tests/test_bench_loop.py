@@ -12,6 +12,7 @@ NB = ROOT/'nbs'/'bench'/'loop.ipynb'
 RULES = ['gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle']
 TINY = dict(profile='realistic', n_videos=16, questions_per_video=GRID_TYPES)
 SETTINGS = dict(min_ladder_units=4, batch_size=8, split=dict(DEFAULT_GRID_SPLIT, val_wrong_min=2))
+UNREACHABLE = dict(TINY, realism=dict(flip_rate=0.9))   # the realism model refuses it (reachable: about 0.14 to 0.36)
 
 
 def test_notebook_is_committed_clean():
@@ -61,10 +62,9 @@ def test_processes_give_the_serial_numbers(tmp_path):
 
 def test_a_failed_job_names_its_world_and_seed_and_keeps_the_finished(tmp_path):
     "A world whose noise cannot be reached fails with the cell and world seed named; the job before it stays on disk."
-    bad = dict(TINY, realism=dict(flip_rate=0.9))   # the realism model refuses it (reachable: about 0.14 to 0.36)
     kw = dict(rules=('greedy', ), budget=200, seeds=(0, ), settings=BenchSettings(**SETTINGS), verbose=False)
     try:
-        asyncio.run(run_grid([TINY, bad], processes=1, workdir=tmp_path, **kw))
+        asyncio.run(run_grid([TINY, UNREACHABLE], processes=1, workdir=tmp_path, **kw))
         raise AssertionError('the unreachable world was built')
     except ConfigError as e:
         assert 'flip_rate 0.9 cannot be reached' in str(e)
@@ -74,14 +74,13 @@ def test_a_failed_job_names_its_world_and_seed_and_keeps_the_finished(tmp_path):
 
 def test_failed_jobs_in_workers_leave_no_unretrieved_future(tmp_path):
     "Every job of a worker pool failing raises the first failure once; the others' are not left for asyncio to log."
-    bad = dict(TINY, realism=dict(flip_rate=0.9))
     kw = dict(rules=('greedy', ), budget=200, seeds=(0, 1), settings=BenchSettings(**SETTINGS), verbose=False)
     unretrieved = []
 
     async def grid_then_collect():
         asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: unretrieved.append(ctx['message']))
         try:
-            await run_grid([bad], processes=2, workdir=tmp_path, **kw)
+            await run_grid([UNREACHABLE], processes=2, workdir=tmp_path, **kw)
             raise AssertionError('the unreachable world was built')
         except ConfigError as e: assert 'flip_rate 0.9 cannot be reached' in str(e)
         await asyncio.sleep(0.2)  # the pool has shut down; its last callbacks reach the loop

@@ -238,7 +238,8 @@ def test_gate_round_under_faults(rate, world, gate_setup, gate_truth, clean_roun
 # ---------------------------------------------------------------- full outage
 
 OUTAGES = {'500': Faults(rate_500=1.0), 'hang': Faults(rate_hang=1.0, hang_s=5.0), 'down': None}
-OUTAGE_TIMEOUT_S = 0.5  # every call fails in an outage, so a short timeout loses nothing and keeps the hang case quick
+# every call fails in an outage, so a short timeout loses nothing and keeps the hang case quick
+OUTAGE_PROVIDER = dict(breaker_threshold=3, breaker_cooldown_s=60, timeout_s=0.5)
 
 @pytest.mark.parametrize('kind', OUTAGES)
 def test_full_outage_opens_breaker_and_stops_fast(kind, world, questions, gate_setup, tmp_path):
@@ -246,10 +247,10 @@ def test_full_outage_opens_breaker_and_stops_fast(kind, world, questions, gate_s
     srv = serve(faults=OUTAGES[kind], world_dir=world)
     if kind == 'down': srv.close()  # nothing listens on the port any more: connection refused
     try:
-        p = provider(srv, 'sim-agent', log, breaker_threshold=3, breaker_cooldown_s=60, timeout_s=OUTAGE_TIMEOUT_S)
+        p = provider(srv, 'sim-agent', log, **OUTAGE_PROVIDER)
         t0 = time.monotonic(); res = asyncio.run(closing(p, infer(questions, world, p, log))); took = time.monotonic() - t0
         requests, state = srv.stats['requests'], p.breaker.state
-        p2 = provider(srv, 'sim-agent', log, breaker_threshold=3, breaker_cooldown_s=60, timeout_s=OUTAGE_TIMEOUT_S)
+        p2 = provider(srv, 'sim-agent', log, **OUTAGE_PROVIDER)
         t1 = time.monotonic()
         with pytest.raises(InfraError, match='gate round aborted'): asyncio.run(closing(p2, gate_round(world, gate_setup, p2, log)))
         gate_took = time.monotonic() - t1
