@@ -4,7 +4,7 @@
 
 # %% ../nbs/17b_loop_bench.ipynb #0c771a4c
 from __future__ import annotations
-import asyncio, concurrent.futures as cf, contextlib, math, multiprocessing as mp, os, shutil, tempfile, time
+import asyncio, concurrent.futures as cf, contextlib, math, multiprocessing as mp, os, random, shutil, tempfile, time
 from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 import polars as pl
@@ -13,12 +13,13 @@ from matplotlib.figure import Figure
 from .core import (ConfigError, where, atomic_write_json, read_json, sha256_json, project_root, from_root,
                           stable_seed)
 from .sim import (make_world, load_world, true_accuracy, skill_files, type_skill_text, skill_rules,
-                         world_questions)
+                         world_questions, question_probability)
 from .sim_agent import SimAgent
 from .sim_roles import SimJudge, SimEvolver
 from .skills import DEFAULT_SKILL, load_manifest, set_prompts
 from .config import ACCEPTANCE_RULES
-from .gate import GateParams
+from .gate import GateParams, flip_counts
+from .anchor_rules import more_wins, mcnemar_accepts
 from .log import HarnessLog, TrainRunId
 from .acceptance import Acceptance, GateRequest, _ladders_of, greedy_rule
 from .runner import Runner
@@ -28,25 +29,25 @@ from . import report
 # %% auto #0
 __all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'END_LOOK', 'ABLATIONS', 'EFFECT_BINS',
            'CEILINGS', 'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'BAR_RULES',
-           'oracle_rule', 'paid_oracle_rule', 'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner',
-           'run_calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files',
-           'timeline_files', 'train_with_rule', 'run_world', 'mean_ci', 'rule_summary', 'share_of', 'verdict',
-           'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job', 'naming_failed_job', 'run_grid',
-           'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'cell_mixture', 'grid_bar',
-           'pooled_rows', 'plot_frontier', 'plot_budget', 'plot_pooled', 'loop_table', 'write_loop_bench',
-           'show_loop_bench', 'bar_table']
+           'oracle_rule', 'paid_oracle_rule', 'free_pairs', 'free_validation_rule', 'CellSpec', 'grid_cells',
+           'BenchSettings', 'train_config', 'world_runner', 'run_calls_by_role', 'delivered_rules', 'harmful_points',
+           'effect_bin', 'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule', 'run_world', 'mean_ci',
+           'rule_summary', 'share_of', 'verdict', 'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job',
+           'naming_failed_job', 'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units',
+           'cell_mixture', 'grid_bar', 'pooled_rows', 'plot_frontier', 'plot_budget', 'plot_pooled', 'loop_table',
+           'write_loop_bench', 'show_loop_bench', 'bar_table']
 
 # %% ../nbs/17b_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
 RULE_LABELS = {
     'gate': 'treetrm gate', 'gepa_engine': 'GEPA engine', 'gepa': 'GEPA rule', 'gepa_veto': 'GEPA + val. veto',
     'greedy': 'greedy val.', 'greedy_margin': 'greedy + margin', 'fixed_n': 'fixed-n McNemar', 'bayes': 'Bayes P>0.9',
-    'oracle': 'oracle', 'oracle_paid': 'oracle, paid'
+    'oracle': 'oracle', 'oracle_paid': 'oracle, paid', 'fixed_n_free': 'fixed-n, free', 'greedy_free': 'greedy, free'
 }
 RULE_COLORS = {
     'gate': '#1b7837', 'gepa_engine': '#332288', 'gepa': '#4477aa', 'gepa_veto': '#66ccee', 'greedy': '#ee6677',
     'greedy_margin': '#aa3377', 'fixed_n': '#ccbb44', 'bayes': '#bbbbbb', 'oracle': '#000000',
-    'oracle_paid': '#777777'
+    'oracle_paid': '#777777', 'fixed_n_free': '#8c6d31', 'greedy_free': '#e7969c'
 }
 RULE_DESCRIPTIONS = {
     'gate': ('treetrm: anytime-valid sequential e-value gate on the whole pool, cap-calibrated threshold, '
@@ -65,6 +66,11 @@ RULE_DESCRIPTIONS = {
                "the reference for regret"),
     'oracle_paid': ("the oracle's decisions at greedy validation's price: both arms paid on the whole ladder, "
                     "then the truth decides; the ceiling of any rule that validates each candidate once"),
+    'fixed_n_free': ("fixed-n McNemar's decisions at no price: both arms on the whole ladder drawn from the world's "
+                     "exact answer probabilities without a model call, exact one-sided test at alpha = 0.05; the "
+                     "ceiling of any rule whose accepts are valid at alpha from one pass of the pool"),
+    'greedy_free': ("greedy validation's decisions at no price: both arms on the whole ladder drawn from the world "
+                    "without a model call, accept when W > L"),
     'gate_landed': ('the gate as landed before the acceptance-pipeline changes: snapshot probation on a 1/3 reserve, '
                     '1/alpha, no futility, base arms per version'),
     'gate_snapshot': 'the gate with snapshot probation on a 1/3 reserve (everything else as the gate)',
@@ -125,7 +131,40 @@ def paid_oracle_rule(world_dir,
     oracle_paid.__name__ = 'oracle_paid'
     return oracle_paid
 
-CEILINGS = {'oracle': oracle_rule, 'oracle_paid': paid_oracle_rule}  # rules that know the truth: name -> world -> rule
+def free_pairs(world:dict, # a parsed world.json
+               units, # the QuestionUnits to pair
+               base_text:str, # the skill text the base arm reads
+               cand_text:str, # the skill text the candidate arm reads
+               seed:str # names the draw: the same seed draws the same pairs
+              ) -> list[tuple[bool, bool]]:
+    "(base right, candidate right) per unit, each question drawn from its exact probability, the arms independent."
+    def right(unit, arm, text):
+        return all(random.Random(stable_seed(seed, arm, q.question_id)).random()
+                   < question_probability(world, q.question_id, text, len(q.options)) for q in unit.questions)
+    return [(right(u, 'base', base_text), right(u, 'cand', cand_text)) for u in units]
+
+def free_validation_rule(world_dir,
+                         accepts=mcnemar_accepts, # the decision on (W, L), a rule of `treetrm.anchor_rules`
+                         name:str='fixed_n_free' # the rule's name (and its candidates' folder)
+                        ):
+    "A full-validation rule's decisions without its price: both arms on the whole ladder drawn from the world's truth."
+    world = load_world(world_dir)
+    async def free(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
+        base, ladders, out = runner.skills.path(req.base_version), _ladders_of(req), {}
+        with materialised_candidates(req.candidates, base, candidates_root(runner.workspace,
+                                                                           f'{req.gate_id}_{name}')) as dirs:
+            for t, d in dirs.items():
+                pairs = free_pairs(world, ladders[t], type_skill_text(skill_files(base), t),
+                                   type_skill_text(skill_files(d), t), f'{req.run_id}/{req.gate_id}/{t}')
+                w, l = flip_counts(pairs)
+                out[t] = Acceptance(t, 'accept_confirmed' if accepts(w, l) else 'reject_inertia', w, l, len(pairs))
+        return out
+    free.__name__ = name
+    return free
+
+CEILINGS = {'oracle': oracle_rule, 'oracle_paid': paid_oracle_rule,  # rules that know the truth: name -> world -> rule
+            'fixed_n_free': free_validation_rule,
+            'greedy_free': lambda world_dir: free_validation_rule(world_dir, more_wins, 'greedy_free')}
 
 # %% ../nbs/17b_loop_bench.ipynb #f933deaf
 @dataclass(frozen=True)
