@@ -151,10 +151,11 @@ def free_validation_rule(world_dir,
     world = load_world(world_dir)
     async def free(runner:Runner, req:GateRequest) -> dict[str, Acceptance]:
         base, ladders, out = runner.skills.path(req.base_version), _ladders_of(req), {}
+        base_files = skill_files(base)  # read once: every type's base text comes from it
         with materialised_candidates(req.candidates, base, candidates_root(runner.workspace,
                                                                            f'{req.gate_id}_{name}')) as dirs:
             for t, d in dirs.items():
-                pairs = free_pairs(world, ladders[t], type_skill_text(skill_files(base), t),
+                pairs = free_pairs(world, ladders[t], type_skill_text(base_files, t),
                                    type_skill_text(skill_files(d), t), f'{req.run_id}/{req.gate_id}/{t}')
                 w, l = flip_counts(pairs)
                 out[t] = Acceptance(t, 'accept_confirmed' if accepts(w, l) else 'reject_inertia', w, l, len(pairs))
