@@ -1,19 +1,27 @@
-"""Crashes: split, train and eval run in a subprocess that is SIGKILLed at random points and resumed each time.
+"""Crashes: split, train and eval run in a subprocess that is SIGKILLed inside each stage and resumed each time.
 Nothing is lost, nothing is computed twice, harness.db passes `PRAGMA integrity_check` after every kill, and the
-final workspace is identical to an uninterrupted run's."""
-import asyncio, json, os, random, signal, sqlite3, subprocess, sys, time
+final workspace is identical to an uninterrupted run's. Over HTTP (the `openai` backend against the sim server, with
+the workspace's response cache), no call answered before a kill is billed again after it.
+
+Kills are placed by events, not by the clock: the subprocess SIGKILLs itself at the n-th harness.db commit that writes
+a row during the target stage, either with that transaction still open (SQLite rolls it back) or right after it
+commits. So every planned kill lands in the stage it is aimed at, on a quiet machine or a busy one."""
+import asyncio, json, os, random, signal, sqlite3, subprocess, sys
+from contextlib import contextmanager
 from pathlib import Path
 
 STAGES = ('split', 'train', 'eval')
 CONFIG = dict(epochs=2, min_ladder_units=3, ladder_cap=12, batch=dict(batch_size=8, min_class=2, correct_ratio=0.2), gate=dict(min_n=5))
 SPLIT = dict(seed=0, test_ratio=0.3, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.5, val_wrong_min=2)
 EVALS = (('best', 'test'), ('best', 'validation'), ('seed', 'validation'))
-CONCURRENCY = 2  # slow enough that a random kill lands inside a stage, not between them
+CONCURRENCY = 2
+KILL_POINTS = ('open', 'committed')  # where in the n-th row-writing transaction the kill lands
 
-async def pipeline(workspace:Path, world:Path, say=print):
+async def pipeline(workspace:Path, world:Path, say=print, backend:str='sim'):
     "split -> train -> eval on `workspace`; `say` marks each stage's start."
     from treetrm.runner import Runner
-    r = Runner(workspace, data_dir=world, config=CONFIG, split_config=SPLIT, concurrency=CONCURRENCY, progress=False)
+    r = Runner(workspace, backend=backend, data_dir=world, config=CONFIG, split_config=SPLIT, concurrency=CONCURRENCY,
+               progress=False)
     try:
         say('split'); await r.split()
         say('train'); await r.train('v1')
@@ -22,19 +30,58 @@ async def pipeline(workspace:Path, world:Path, say=print):
         say('done')
     finally: r.log.close()
 
-if __name__ == '__main__':  # the subprocess: python tests/test_crashes.py WORKSPACE WORLD
-    def say(stage): print(f'{stage} {time.monotonic()}', flush=True)
-    asyncio.run(pipeline(Path(sys.argv[1]), Path(sys.argv[2]), say))
+@contextmanager
+def watching_commits(on_commit):
+    "Call `on_commit(point)` at each harness.db transaction that writes a row: 'open' before COMMIT, 'committed' after."
+    from treetrm.log import HarnessLog
+    write = HarnessLog._write
+    @contextmanager
+    def watched(self):
+        with self._lock:  # the log's own (re-entrant) lock: writes from worker threads are counted one at a time
+            with write(self) as conn:
+                before = conn.total_changes
+                yield conn
+                wrote = conn.total_changes > before
+                if wrote: on_commit('open')
+            if wrote: on_commit('committed')
+    HarnessLog._write = watched
+    try: yield
+    finally: HarnessLog._write = write
+
+class StageCommits:
+    "Row-writing commits per stage; `mark` is the pipeline's `say`."
+    def __init__(self, echo=None): self.stage, self.counts, self.echo = None, {}, echo
+    def mark(self, stage:str):
+        if self.echo: self.echo(f'{stage} {self.counts.get(self.stage, 0)}')  # with the commits of the stage before
+        self.stage = stage
+    def seen(self, point:str):
+        if point == 'committed': self.counts[self.stage] = self.counts.get(self.stage, 0) + 1
+
+def kill_at(commits:StageCommits, target:str, n:int, point:str):
+    "`on_commit` that SIGKILLs this process at the n-th row-writing commit of `target`, at `point`."
+    def on_commit(at:str):
+        commits.seen(at)
+        done = commits.counts.get(target, 0)
+        if commits.stage == target and at == point and done + (at == 'open') >= n: os.kill(os.getpid(), signal.SIGKILL)
+    return on_commit
+
+if __name__ == '__main__':  # the subprocess: python tests/test_crashes.py WORKSPACE WORLD BACKEND [STAGE N POINT]
+    ws, world, backend, *kill = sys.argv[1:]
+    commits = StageCommits(lambda line: print(line, flush=True))
+    on_commit = kill_at(commits, kill[0], int(kill[1]), kill[2]) if kill else commits.seen
+    with watching_commits(on_commit): asyncio.run(pipeline(Path(ws), Path(world), commits.mark, backend))
     sys.exit(0)
 
 import polars as pl
 import pytest
 
+from treetrm.llm import cache_key
 from treetrm.log import TABLES
 from treetrm.sim import make_world
+from treetrm.sim_server import SimServer
 
 ROOT = Path(__file__).resolve().parents[1]
-MIN_KILLS = {'split': 3, 'train': 4, 'eval': 3}  # >= 10 in all
+KILLS = {'split': 3, 'train': 4, 'eval': 3}  # planned, and performed: each lands in its stage
 VOLATILE = {'created_at', 'started_at', 'finished_at', 'latency', 'latency_s', 'generated_at', 'at', 'time', 'wall_s', 'elapsed_s'}
 
 def integrity(db:Path) -> str:
@@ -117,65 +164,56 @@ def world(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def reference(world, tmp_path_factory):
-    "The uninterrupted run (in this process) and how long each stage took."
-    ws, marks = tmp_path_factory.mktemp('ref')/'ws', []
-    asyncio.run(pipeline(ws, world, lambda s: marks.append((s, time.monotonic()))))
-    durations = {s: t1 - t0 for (s, t0), (_, t1) in zip(marks, marks[1:])}
-    return ws, durations
+    "The uninterrupted run (in this process) and how many row-writing commits each stage made."
+    ws, commits = tmp_path_factory.mktemp('ref')/'ws', StageCommits()
+    with watching_commits(commits.seen): asyncio.run(pipeline(ws, world, commits.mark))
+    return ws, commits.counts
 
-def start(ws:Path, world:Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(ws), str(world)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-def stage_of(proc:subprocess.Popen, target:str) -> str|None:
-    "Read stage marks until `target` starts (returns it) or the process ends (returns the last stage seen)."
-    last = None
-    for line in proc.stdout:
-        last = line.split()[0]
-        if last == target: return target
-    return last
-
-def kill_during(ws:Path, world:Path, target:str, delay_s:float) -> str|None:
-    "Start the pipeline, SIGKILL it `delay_s` after `target` starts; the stage it died in (None: it finished first)."
-    proc = start(ws, world)
-    try:
-        seen = stage_of(proc, target)
-        if seen != target: proc.wait(60); return None  # the target stage was already done: nothing to kill in it
-        time.sleep(delay_s)
-        if proc.poll() is not None: return None
-        os.kill(proc.pid, signal.SIGKILL); proc.wait(10)
-        # the mark of a later stage may have been printed before the kill
-        rest = proc.stdout.read().split()
-        later = [w for w in rest if w in STAGES + ('done',)]
-        return None if 'done' in later else (later[-1] if later else target)
+def run_until_killed(ws:Path, world:Path, kill:tuple=(), backend:str='sim', env:dict|None=None) -> tuple[int, list]:
+    "Run the pipeline in a subprocess that kills itself at `kill` (stage, n, point); its exit code and stage marks."
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(ws), str(world), backend, *map(str, kill)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try: out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None: proc.kill(); proc.wait(10)
+    marks = [line.split() for line in out.splitlines() if line.split() and line.split()[0] in STAGES + ('done', )]
+    assert proc.returncode in (0, -signal.SIGKILL), err[-3000:]
+    return proc.returncode, marks
+
+def kill_plan(counts:dict, rng:random.Random, kills:dict=KILLS) -> list[tuple]:
+    """(stage, n, point) for every planned kill. A kill lets at most 1/(k+1) of a stage's row-writing commits through,
+    so all k kills aimed at it land before it completes; n >= 2, so even a kill with the transaction open moves on."""
+    return [(s, rng.randint(2, counts[s] // (kills[s] + 1)), rng.choice(KILL_POINTS)) for s in STAGES for _ in range(kills[s])]
+
+def kill_through(ws:Path, world:Path, plan:list, after_kill=lambda: None, **kw) -> list[str]:
+    "Run the pipeline once per planned kill, then to the end; the stage each kill landed in."
+    died = []
+    for stage, n, point in plan:
+        code, marks = run_until_killed(ws, world, (stage, n, point), **kw)
+        assert code == -signal.SIGKILL, f'the pipeline finished before kill {len(died) + 1} ({stage}, commit {n}): {marks}'
+        died.append(marks[-1][0])
+        after_kill()
+    code, marks = run_until_killed(ws, world, **kw)
+    assert code == 0 and marks[-1][0] == 'done', marks
+    return died
 
 TELEMETRY = ('/forecast/', '/actual/')  # fields computed from llm_calls rows (see test_telemetry_survives_kills)
 
 @pytest.fixture(scope='module')
 def crashed(world, reference, tmp_path_factory):
-    "Kill the pipeline >= 10 times across its stages, check harness.db after each kill, then let it finish."
-    ws, rng, kills, checks, attempts = tmp_path_factory.mktemp('crashed')/'ws', random.Random(20), [], [], 0
-    plan = [s for s in STAGES for _ in range(MIN_KILLS[s])]
-    while plan and attempts < 30:
-        attempts += 1
-        target = plan[0]
-        # each kill lets at most 1/(k+1) of the stage run, so that all k kills aimed at it fit in before it completes
-        died = kill_during(ws, world, target, rng.uniform(0.0, reference[1][target] / (MIN_KILLS[target] + 1)))
-        assert died is not None, f'the pipeline finished before kill {len(kills) + 1} (aimed at {target})'
-        kills.append(died); checks.append(integrity(ws/'harness.db'))
-        plan.remove(died if died in plan else target)
-    proc = start(ws, world); out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-3000:]
-    print(f'\n[crashes] {len(kills)} kills in {attempts} attempts: ' + ', '.join(f'{s}={kills.count(s)}' for s in STAGES)
-          + '; reference stage seconds ' + ', '.join(f'{s}={d:.2f}' for s, d in reference[1].items()))
-    return ws, kills, checks
+    "Kill the pipeline at the planned commits of each stage, check harness.db after each kill, then let it finish."
+    ws, checks = tmp_path_factory.mktemp('crashed')/'ws', []
+    plan = kill_plan(reference[1], random.Random(20))
+    died = kill_through(ws, world, plan, lambda: checks.append(integrity(ws/'harness.db')))
+    print(f'\n[crashes] {len(died)} kills: ' + ', '.join(f'{s}={died.count(s)}' for s in STAGES)
+          + '; reference row-writing commits ' + ', '.join(f'{s}={n}' for s, n in reference[1].items()))
+    return ws, died, checks, plan
 
 def test_kills_land_in_every_stage_and_leave_harness_db_intact(crashed):
-    ws, kills, checks = crashed
-    assert len(kills) >= 10 and all(kills.count(s) >= 2 for s in STAGES), kills
-    assert checks == ['ok'] * len(kills)
+    ws, died, checks, plan = crashed
+    assert died == [stage for stage, *_ in plan] and len(died) == sum(KILLS.values()), (died, plan)
+    assert {point for *_, point in plan} == set(KILL_POINTS)  # open transactions and committed ones both killed
+    assert checks == ['ok'] * len(died)
     assert integrity(ws/'harness.db') == 'ok'
 
 def test_resumed_state_matches_uninterrupted_run(crashed, reference):
@@ -205,3 +243,60 @@ def test_telemetry_survives_kills(crashed, reference):
     assert all(got.get(role, 0) >= n for role, n in want.items()), (got, want)
     forecast = [d for d in differences(file_state(ws), file_state(ref)) if '/forecast/' in d]
     assert not forecast, '\n'.join(forecast[:10])
+
+# Over HTTP: the `openai` backend against the sim server, with the workspace's response cache (on by default). A reply is
+# in the cache the moment the provider has it (`ResponseCache.put`, autocommit), before anything is done with it, so a
+# call is "answered before the kill" exactly when its key is in the cache the killed process left. None of those may
+# reach the server again; calls in flight at the kill, whose replies never reached the cache, are asked again.
+HTTP_KILLS = {'split': 1, 'train': 2, 'eval': 1}
+ROLES = ('agent', 'judge', 'evolver')
+
+class RecordingServer(SimServer):
+    "The sim server, recording the cache key and model of every request it answers, with the attempt it came in."
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.attempt, self.answered = 0, []
+    def run_role(self, req:dict, empty:bool=False) -> tuple:
+        attempt, out = self.attempt, super().run_role(req, empty)
+        if out[0] == 200 and not empty:
+            key = cache_key(req['model'], req['messages'], req.get('temperature', 0.0), req.get('max_tokens'),
+                            req.get('seed'), req.get('response_format'))
+            with self._lock: self.answered.append((attempt, req['model'], key))
+        return out
+
+def cached_keys(ws:Path) -> set:
+    db = ws/'cache'/'responses.sqlite'
+    if not db.exists(): return set()
+    conn = sqlite3.connect(db)
+    try: return {k for (k, ) in conn.execute('SELECT key FROM responses')}
+    finally: conn.close()
+
+def test_no_call_answered_before_a_kill_is_billed_again_over_http(world, reference, tmp_path):
+    ws, snapshots = tmp_path/'ws', []
+    with RecordingServer(world_dir=world, seed=0) as srv:
+        env = dict(os.environ) | {f'TREETRM_{r.upper()}_{k}': v for r in ROLES for k, v in
+                                  (('MODEL', f'sim-{r}'), ('BASE_URL', srv.base_url), ('API_KEY', 'sk-crash-test'))}
+        def after_kill():
+            snapshots.append(cached_keys(ws))
+            srv.attempt += 1
+        plan = kill_plan(reference[1], random.Random(7), HTTP_KILLS)
+        died = kill_through(ws, world, plan, after_kill, backend='openai', env=env)
+        answered = list(srv.answered)
+    assert died == [s for s, *_ in plan]
+    models = {m for _, m, _ in answered}
+    assert models == {f'sim-{r}' for r in ROLES}, models  # every role was called over HTTP
+    for attempt, before in enumerate(snapshots, start=1):
+        again = [(m, k[:12]) for a, m, k in answered if a == attempt and k in before]
+        assert not again, f'{len(again)} calls answered before kill {attempt} were billed again: {again[:5]}'
+    # the server's key is the client's: every call answered in the last, uninterrupted attempt is in the cache
+    final = cached_keys(ws)
+    assert all(k in final for a, _, k in answered if a == len(snapshots))
+    # and resumes did need answered calls again, from each role: they were served by the cache
+    hits = dict(sqlite3.connect(ws/'harness.db').execute(
+        "SELECT role, count(*) FROM llm_calls WHERE status = 'cache_hit' GROUP BY role").fetchall())
+    print(f'\n[crashes over HTTP] {len(answered)} calls answered, cache hits after kills {hits}')
+    assert set(hits) == set(ROLES), hits
+    # each answered call's row names the reply format it was answered in: the sim server takes JSON schemas
+    formats = sqlite3.connect(ws/'harness.db').execute(
+        "SELECT DISTINCT role, json_extract(extra, '$.reply_format') FROM llm_calls WHERE status = 'ok'").fetchall()
+    assert sorted(formats) == [(r, 'json_schema') for r in sorted(ROLES)], formats

@@ -92,7 +92,11 @@ def test_failed_judge_calls_degrade_rows_and_do_not_abort(world, tmp_path):
         again = asyncio.run(diagnose(qs, log=log, baseline_run_id='base', judge=judge_for(server, log), skills_dir=SKILLS))
     assert (again.n_judged, again.judge_calls, again.n_degraded) == (degraded.height, degraded.height, 0)
     assert again.signals.height == result.signals.height and not again.signals['degraded'].any()
-    assert sorted(again.signals.filter(pl.col('question_id').is_in(degraded['question_id'].to_list()))['question_id'].to_list()) == sorted(degraded['question_id'].to_list())
+    # the rows that changed are exactly the degraded ones: every other question keeps the row it had
+    before, after = (r.signals.drop('created_at').sort('question_id') for r in (result, again))
+    assert before['question_id'].to_list() == after['question_id'].to_list()
+    changed = [b['question_id'] for b, a in zip(before.iter_rows(named=True), after.iter_rows(named=True)) if a != b]
+    assert sorted(changed) == sorted(degraded['question_id'].to_list()), (changed, degraded['question_id'].to_list())
 
 
 def test_judge_model_that_differs_from_the_provider_is_a_config_error(world, tmp_path):

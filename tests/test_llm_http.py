@@ -15,7 +15,7 @@ FAKE_KEY = 'sk-test-not-a-real-key-0123456789'  # must never show in rows or err
 # concurrency 4: the sim server keeps socketserver's listen backlog of 5, so more simultaneous connects get dropped
 # and retried by the kernel after 1 s -- an attempt that times out without the server ever counting it
 FAST = dict(timeout_s=5.0, max_retries=6, backoff_base_s=0.02, backoff_max_s=0.1, concurrency=4)
-WHOLE_TEST_S = 40  # bound on each run: a hung call fails the test instead of hanging it
+WHOLE_TEST_S = 120  # a hang guard, not a speed limit: a hung call fails the test instead of hanging it
 
 def config(server, **kw) -> RoleConfig:
     return RoleConfig('sim-echo', server.base_url, api_key=FAKE_KEY, role='agent', **{**FAST, **kw})
@@ -42,7 +42,7 @@ def test_clean_run():
         assert out == [f'question number {i}' for i in range(50)]
         assert server.stats['requests'] == 50
     assert len(rows) == 50 and len({r['call_id'] for r in rows}) == 50
-    assert all(tuple(r) == TELEMETRY_KEYS for r in rows)
+    assert all(tuple(r) == TELEMETRY_KEYS + ('reply_format', ) and r['reply_format'] == 'none' for r in rows)  # sent without a format
     assert {(r['status'], r['attempt'], r['cache_hit'], r['run_id'], r['role'], r['model']) for r in rows} == {('ok', 1, False, 'clean', 'agent', 'sim-echo')}
     assert all(r['prompt_tokens'] > 0 and r['completion_tokens'] > 0 and r['latency_s'] > 0 for r in rows)
     assert_no_key(rows)
@@ -55,7 +55,7 @@ def test_faults_every_call_accounted_for(tmp_path):
     def telemetry(row): rows.append(row); log.record_llm_call(row)  # what the runner wires up
     with sim_server.serve(faults=FAULTS) as server:
         p = OpenAIProvider(config(server, timeout_s=1.0), telemetry=telemetry, run_id='faults')
-        t0 = time.monotonic(); out = asyncio.run(run_calls(p, n)); took = time.monotonic() - t0
+        out = asyncio.run(run_calls(p, n))  # within WHOLE_TEST_S, or a TimeoutError
         stats = server.stats
     stored = log.frame('llm_calls'); log.close()
     assert stored.height == n and stored['attempt'].sum() == stats['requests'] and set(stored['run_id']) == {'faults'}
@@ -73,7 +73,6 @@ def test_faults_every_call_accounted_for(tmp_path):
     retried = [r for r in rows if r['attempt'] > 1]
     assert len(retried) >= 10, stats
     assert stats['requests'] > n
-    assert took < WHOLE_TEST_S
     assert_no_key(rows, errors)
 
 def test_retry_after_is_honoured():
@@ -123,8 +122,8 @@ def test_breaker_opens_fails_fast_and_closes():
     assert [(type(e[1]), e[3]) for e in failed] == [(InfraError, 2), (InfraError, 4), (InfraError, 6)]
     assert all('after 2 attempt(s)' in str(e[1]) and 'HTTP 500' in str(e[1]) for e in failed)
     assert opened == ('open', 'open')
-    # open: fails at once, no request reaches the server
-    assert isinstance(fast[1], InfraError) and 'circuit breaker open' in str(fast[1]) and fast[2] < 0.1 and fast[3] == 6
+    # open: fails at once, no request reaches the server (the request count proves it; no wall-clock bound)
+    assert isinstance(fast[1], InfraError) and 'circuit breaker open' in str(fast[1]) and fast[3] == 6
     # after the cool-down one probe goes out (2 attempts), fails, and the breaker opens again
     assert isinstance(probe_fails[1], InfraError) and probe_fails[3] == 8 and probe_fails[4] == 'open'
     # the endpoint is healthy again but the cool-down restarted: still failing fast, server untouched

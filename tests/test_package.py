@@ -120,10 +120,16 @@ def test_bad_config_values_are_refused_before_anything_is_written(tmp_path, worl
 def test_resume_with_another_config_names_the_differences(tmp_path, world):
     cfg = load_config(SMALL)
     r = Runner(tmp_path/'ws', data_dir=world, config=cfg, concurrency=4, progress=False)
-    asyncio.run(r.train('c1'))
+    first = asyncio.run(r.train('c1'))
     r.log.close()
     changed = Runner(tmp_path/'ws', data_dir=world, config=load_config(cfg, {'train.gate.alpha': 0.1, 'skill_mode': 'manual'}), concurrency=4, progress=False)
     with pytest.raises(ConfigError) as e: asyncio.run(changed.train('c1'))
     assert 'gate.alpha' in str(e.value) and 'skill_mode' in str(e.value) and 'fresh=True' in str(e.value)
     again = asyncio.run(changed.train('c1', fresh=True))  # fresh=True archives the old run and starts again
-    assert again.metrics['test']['delivered_accuracy'] is not None
+    assert (first.internal_run_id, again.internal_run_id) == ('c1', 'c1~2')
+    assert (tmp_path/'ws'/'runs'/'c1.archived-1').is_dir()
+    test = again.metrics['test']
+    assert test['delivered_run'] == 'c1~2_final_test' and test['n'] == len(changed.pool('test'))
+    # the delivered accuracy is the share of the test pool that the new attempt's final test got right
+    final = changed.log.predictions(test['delivered_run'], [q.question_id for q in changed.pool('test')])
+    assert final.height == test['n'] and test['delivered_accuracy'] == final['correct'].sum() / test['n']

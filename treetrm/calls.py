@@ -52,7 +52,7 @@ class CallRecorder:
             k = (row['run_id'], key, row.get('status'))
             n = self.seen[k] = self.seen.get(k, -1) + 1
             row['call_id'] = sha256_text(repr(k + (n,)))
-        self.log.insert_many({'llm_calls': [row]})
+        self.log.record_llm_call(row)  # keys that are not columns go to `extra`
 
 # %% ../nbs/16b_calls.ipynb #96334a52
 @dataclass

@@ -123,7 +123,9 @@ def summarise_rules(df:pl.DataFrame # rows from `run_rules`
     dec = df['gate_decision']
     gate = {name: _rate(dec == name) for name in DECISIONS if name != 'continue'}
     gate['any_accept'] = _rate(dec.str.starts_with('accept'))
-    gate |= {'mean_units': float(df['gate_units'].mean()), 'median_units': float(df['gate_units'].median())}
+    units = df['gate_units']
+    gate |= {'mean_units': float(units.mean()), 'mean_units_se': float(units.std())/math.sqrt(len(df)),
+             'median_units': float(units.median())}
     return {'n_ladders': len(df), 'gate': gate,
             'fixed_n': {'accept': _rate(df['fixed_accept']), 'units': int(df['fixed_units'][0])},
             'peek': {'accept': _rate(df['peek_accept']), 'mean_units': float(df['peek_units'].mean())},
@@ -191,14 +193,13 @@ def fixed_n_power_n(discordance:float, # P(discordant) per unit
                             discordance=discordance, q=q))
 
 # %% ../nbs/11b_gate_sim.ipynb #46b28305
-REFERENCE = {  # from the background study (gate_statistics.md), 20,000 Monte Carlo runs per cell or exact DP
-    'headline': {'confirmed': 0.851, 'any_accept': 0.993, 'mean_units': 126, 'median_units': 110, 'fixed_n80': 134},
-    # null: gate from Table 3; fixed-n exact (Table 1)
-    'null': {'d0.2': {'gate_confirmed': 0.025, 'peek': 0.154, 'fixed_n_at_cap': 0.037},
-             'd0.4': {'gate_confirmed': 0.028, 'peek': 0.196, 'fixed_n_at_cap': 0.040}},
-    'savings': {'+10->+15': {'fixed_n': 134, 'gate_mean_units': 61, 'saving': 0.54},
-                '+5->+10': {'fixed_n': 527, 'gate_mean_units': 139, 'saving': 0.74},
-                '+5->+15': {'fixed_n': 527, 'gate_mean_units': 61, 'saving': 0.88}},
+REFERENCE = {  # exact values, no Monte Carlo (derived as listed above; tests/test_gate_simulation.py recomputes each)
+    'headline': {'confirmed': 0.850, 'any_accept': 0.992, 'mean_units': 125.6, 'median_units': 110, 'fixed_n80': 134},
+    'null': {'d0.2': {'gate_confirmed': 0.0246, 'peek': 0.156, 'fixed_n_at_cap': 0.0375},
+             'd0.4': {'gate_confirmed': 0.0264, 'peek': 0.199, 'fixed_n_at_cap': 0.0400}},
+    'savings': {'+10->+15': {'fixed_n': 134, 'gate_mean_units': 60.9, 'saving': 0.545},
+                '+5->+10': {'fixed_n': 527, 'gate_mean_units': 138.8, 'saving': 0.737},
+                '+5->+15': {'fixed_n': 527, 'gate_mean_units': 60.9, 'saving': 0.884}},
     'ville_worst_case_240': 0.0326,
 }
 
@@ -241,7 +242,8 @@ def _savings(ladders, n_ladders, rng, params):
         out[f'+{round(design*100)}->+{round(truth*100)}'] = {
             'fixed_n': n80, 'gate_cap': 2*n80, 'gate_mean_units': s['gate']['mean_units'],
             'gate_median_units': s['gate']['median_units'], 'gate_confirmed': s['gate']['accept_confirmed']['rate'],
-            'fixed_n_power': fixed_n_power(n80, 0.2, q_for_gain(truth, 0.2)), 'saving': 1 - s['gate']['mean_units']/n80}
+            'fixed_n_power': fixed_n_power(n80, 0.2, q_for_gain(truth, 0.2)), 'saving': 1 - s['gate']['mean_units']/n80,
+            'saving_se': s['gate']['mean_units_se']/n80}
     return out
 
 def _power_curve(ladders, n_ladders, rng, params, gains=(-0.05, 0.0, 0.025, 0.05, 0.075, 0.10, 0.125, 0.15, 0.20)):

@@ -17,13 +17,13 @@ from .core import ConfigError, DataError, InfraError, Slots, connect_wal, where,
 from .llm_config import RoleConfig, load_role_config, redact, role_env_name, thinking_extra_body
 
 # %% auto #0
-__all__ = ['PRICES', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED', 'TELEMETRY_KEYS', 'LLMResponse', 'LLMProvider', 'ReplyError',
-           'reply_json', 'set_price', 'call_cost', 'backoff_delay', 'backoff_schedule', 'parse_retry_after',
-           'BreakerState', 'breaker_admit', 'breaker_success', 'breaker_failure', 'breaker_release_probe',
-           'CircuitBreaker', 'endpoint_slots', 'image_data_url', 'image_digest', 'attach_images', 'cache_key',
-           'ResponseCache', 'MalformedReply', 'is_context_overflow', 'ContextLengthError', 'classify_error',
-           'parse_completion', 'telemetry_row', 'json_schema_format', 'format_dialects', 'structured_dialect',
-           'OpenAIProvider']
+__all__ = ['PRICES', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED', 'TELEMETRY_KEYS', 'TELEMETRY_EXTRAS', 'LLMResponse', 'LLMProvider',
+           'ReplyError', 'reply_json', 'set_price', 'call_cost', 'backoff_delay', 'backoff_schedule',
+           'parse_retry_after', 'BreakerState', 'breaker_admit', 'breaker_success', 'breaker_failure',
+           'breaker_release_probe', 'CircuitBreaker', 'endpoint_slots', 'image_data_url', 'image_digest',
+           'attach_images', 'cache_key', 'ResponseCache', 'MalformedReply', 'is_context_overflow', 'ContextLengthError',
+           'classify_error', 'parse_completion', 'telemetry_row', 'json_schema_format', 'format_dialects',
+           'structured_dialect', 'OpenAIProvider']
 
 # %% ../nbs/02_llm.ipynb #3162e0a5
 @dataclass(frozen=True)
@@ -341,11 +341,14 @@ def parse_completion(resp, # what the SDK returned
 TELEMETRY_KEYS = ('run_id', 'call_id', 'role', 'model', 'prompt_tokens', 'completion_tokens', 'latency_s', 'status',
                   'attempt', 'cache_hit', 'cost', 'error')
 
+TELEMETRY_EXTRAS = ('reply_format', )  # kept only when set: the reply-format dialect a call was answered in
+
 def telemetry_row(**kw) -> dict:
-    "A telemetry row with every key of `TELEMETRY_KEYS` (missing ones 0/None/False)."
+    "A telemetry row with every key of `TELEMETRY_KEYS` (missing ones 0/None/False) and the `TELEMETRY_EXTRAS` set."
     defaults = dict(prompt_tokens=0, completion_tokens=0, latency_s=0.0, attempt=0, cache_hit=False, cost=0.0,
                     error=None)
-    return {k: kw.get(k, defaults.get(k)) for k in TELEMETRY_KEYS}
+    row = {k: kw.get(k, defaults.get(k)) for k in TELEMETRY_KEYS}
+    return row | {k: kw[k] for k in TELEMETRY_EXTRAS if kw.get(k) is not None}
 
 # %% ../nbs/02_llm.ipynb #9a63d27c
 def json_schema_format(name:str, # a short name of the reply (OpenAI wants one)
@@ -502,13 +505,13 @@ async def _failed(self:OpenAIProvider, f:_CallFailed, call_id:str, t0:float) -> 
 
 @patch
 async def _succeeded(self: OpenAIProvider, r: LLMResponse, attempts: int, key: str | None, call_id: str,
-                     t0: float) -> LLMResponse:
-    "Settle a call that got a reply: breaker, cache, telemetry row."
+                     t0: float, reply_format: str) -> LLMResponse: # the dialect the reply came in
+    "Settle a call that got a reply: breaker, cache, telemetry row (with the reply-format dialect)."
     self.breaker.record_success()
     r = replace(r, latency_s=time.monotonic() - t0)
     if key: self.cache.put(key, r)
     await self._emit(call_id=call_id, status='ok', attempt=attempts, latency_s=r.latency_s,
-                     cost=call_cost(self.model, r.usage, self.config.prices), **r.usage)
+                     cost=call_cost(self.model, r.usage, self.config.prices), reply_format=reply_format, **r.usage)
     return r
 
 # %% ../nbs/02_llm.ipynb #f8f68f2d
@@ -533,11 +536,12 @@ def _dialects(self:OpenAIProvider, response_format:dict|None) -> list[tuple[str,
 
 @patch
 async def _send(self: OpenAIProvider, messages, temperature, max_tokens, seed,
-                response_format) -> tuple[LLMResponse, int]:
-    "Send the call in the first reply-format dialect the endpoint takes (probing once under a lock); (reply, attempts)."
+                response_format) -> tuple[LLMResponse, int, str]:
+    "Send the call in the first reply-format dialect the endpoint takes (probed once, under a lock); (reply, tries, dialect)."
     tries, spent = self._dialects(response_format), 0
     if len(tries) == 1:
-        return await self._with_retries(self._request(messages, temperature, max_tokens, seed, tries[0][1]))
+        r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, tries[0][1]))
+        return r, n, tries[0][0]
     locks = _PROBE_LOCKS.setdefault(asyncio.get_running_loop(), {})
     async with locks.setdefault((self.config.base_url.rstrip('/'), self.model), asyncio.Lock()):
         tries = self._dialects(response_format)  # another call may have probed meanwhile
@@ -553,7 +557,7 @@ async def _send(self: OpenAIProvider, messages, temperature, max_tokens, seed,
                 spent += f.attempts
                 continue
             _FORMAT_SUPPORT[(self.config.base_url.rstrip('/'), self.model)] = name
-            return r, n + spent
+            return r, n + spent, name
 
 @patch
 async def chat(self:OpenAIProvider, messages:list[dict], *, temperature:float=0.0, max_tokens:int|None=None,
@@ -572,9 +576,10 @@ async def chat(self:OpenAIProvider, messages:list[dict], *, temperature:float=0.
         return hit
     if not self.breaker.allow(): raise await self._fail_fast(call_id)
     probe = self.breaker.state == 'half_open'
-    try: r, n = await self._send(attach_images(messages, images), temperature, max_tokens, seed, response_format)
+    try: r, n, dialect = await self._send(attach_images(messages, images), temperature, max_tokens, seed,
+                                         response_format)
     except _CallFailed as f: raise await self._failed(f, call_id, t0) from None
     except BaseException:
         if probe: self.breaker.release_probe()  # cancelled: let the next call probe
         raise
-    return await self._succeeded(r, n, key, call_id, t0)
+    return await self._succeeded(r, n, key, call_id, t0, dialect)

@@ -412,7 +412,9 @@ def _plain(frame:pl.DataFrame) -> list[dict]:
     return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
             for row in frame.to_dicts()]
 
-def run_metrics(ws:Workspace, run:TrainRun, state:TrainState, final:str) -> dict:
+def run_metrics(ws:Workspace, run:TrainRun, state:TrainState, final:str, # the final test's run id
+                delivered:str # the version delivered and tested
+               ) -> dict:
     "The run's metrics as plain data."
     pc = report.paired_comparison(ws.log, BASELINE_RUN, final, run.test)
     total = pc.filter(pl.col('task_type') == 'ALL').row(0, named=True)
@@ -421,7 +423,7 @@ def run_metrics(ws:Workspace, run:TrainRun, state:TrainState, final:str) -> dict
                 p_mcnemar=total['p_mcnemar'], e_value=total['e_value'], seed_run=BASELINE_RUN, delivered_run=final)
     return dict(run_id=run.run_id, internal_run_id=run.rid, acceptance=run.config.to_dict()['acceptance'],
                 start_version=run.start,
-                best_version=state.skills_best, delivered_version=delivered_version(run.config, state),
+                best_version=state.skills_best, delivered_version=delivered,
                 prompts_version=state.prompts_version,
                 epochs=list(state.epochs), stopped_early=state.stopped_early, steps=state.global_step, test=test,
                 test_by_type=_plain(pc),
@@ -473,5 +475,5 @@ async def final_phase(ws:Workspace, run:TrainRun, state:TrainState) -> TrainStat
     ws.log.insert_many({'dual_metric': dual_metric_rows(final, 'test', v, run.test,
                                                         predictions_correctness(ws.log, final)),
                           'holdout_eval': holdout_rows(preds, run.test, v)})
-    atomic_write_json(run.dir/'metrics.json', run_metrics(ws, run, state, final))
+    atomic_write_json(run.dir/'metrics.json', run_metrics(ws, run, state, final, v))
     return replace(state, phase='done', skills_current=v)
