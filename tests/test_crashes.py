@@ -171,8 +171,8 @@ def reference(world, tmp_path_factory):
 
 def run_until_killed(ws:Path, world:Path, kill:tuple=(), backend:str='sim', env:dict|None=None) -> tuple[int, list]:
     "Run the pipeline in a subprocess that kills itself at `kill` (stage, n, point); its exit code and stage marks."
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(ws), str(world), backend, *map(str, kill)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    argv = [sys.executable, str(Path(__file__).resolve()), str(ws), str(world), backend, *map(str, kill)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try: out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None: proc.kill(); proc.wait(10)
@@ -183,14 +183,16 @@ def run_until_killed(ws:Path, world:Path, kill:tuple=(), backend:str='sim', env:
 def kill_plan(counts:dict, rng:random.Random, kills:dict=KILLS) -> list[tuple]:
     """(stage, n, point) for every planned kill. A kill lets at most 1/(k+1) of a stage's row-writing commits through,
     so all k kills aimed at it land before it completes; n >= 2, so even a kill with the transaction open moves on."""
-    return [(s, rng.randint(2, counts[s] // (kills[s] + 1)), rng.choice(KILL_POINTS)) for s in STAGES for _ in range(kills[s])]
+    return [(s, rng.randint(2, counts[s] // (kills[s] + 1)), rng.choice(KILL_POINTS))
+            for s in STAGES for _ in range(kills[s])]
 
 def kill_through(ws:Path, world:Path, plan:list, after_kill=lambda: None, **kw) -> list[str]:
     "Run the pipeline once per planned kill, then to the end; the stage each kill landed in."
     died = []
     for stage, n, point in plan:
         code, marks = run_until_killed(ws, world, (stage, n, point), **kw)
-        assert code == -signal.SIGKILL, f'the pipeline finished before kill {len(died) + 1} ({stage}, commit {n}): {marks}'
+        assert code == -signal.SIGKILL, f'the pipeline finished before kill {len(died) + 1} ({stage}, commit {n}): ' \
+                                        f'{marks}'
         died.append(marks[-1][0])
         after_kill()
     code, marks = run_until_killed(ws, world, **kw)
@@ -244,9 +246,9 @@ def test_telemetry_survives_kills(crashed, reference):
     forecast = [d for d in differences(file_state(ws), file_state(ref)) if '/forecast/' in d]
     assert not forecast, '\n'.join(forecast[:10])
 
-# Over HTTP: the `openai` backend against the sim server, with the workspace's response cache (on by default). A reply is
-# in the cache the moment the provider has it (`ResponseCache.put`, autocommit), before anything is done with it, so a
-# call is "answered before the kill" exactly when its key is in the cache the killed process left. None of those may
+# Over HTTP: the `openai` backend against the sim server, with the workspace's response cache (on by default). A reply
+# is in the cache the moment the provider has it (`ResponseCache.put`, autocommit), before anything is done with it, so
+# a call is "answered before the kill" exactly when its key is in the cache the killed process left. None of those may
 # reach the server again; calls in flight at the kill, whose replies never reached the cache, are asked again.
 HTTP_KILLS = {'split': 1, 'train': 2, 'eval': 1}
 ROLES = ('agent', 'judge', 'evolver')

@@ -5,12 +5,12 @@
 # %% ../nbs/18c_build.ipynb #764defa5
 from __future__ import annotations
 import asyncio, math, time
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 import polars as pl
 from tqdm.auto import tqdm
-from .core import (ConfigError, DataError, Slots, where, atomic_write_json, check_count, from_root, read_json,
-                           sha256_file, sha256_json, sweep_temp_files)
+from .core import (ConfigError, DataError, Slots, where, atomic_write_json, check_count, from_root,
+                           parameter_value, read_json, sha256_file, sha256_json, sweep_temp_files)
 from .data import load_questions, load_tree
 from .llm import reply_json
 from .video import (VIDEO_SUFFIXES, Cue, find_cuts, grab_frames, make_synthetic_videos, parse_subtitles,
@@ -23,7 +23,7 @@ __all__ = ['split_span', 'BuildParams', 'PlannedNode', 'plan_tree', 'VideoJob', 
            'plan_video', 'write_frames', 'VideoBuild', 'checkpointed', 'describe_event', 'keyframes_schema',
            'describe_keyframes', 'keyframe_cards', 'describe_scene', 'event_with_keyframes', 'scene_with_events',
            'assemble_tree', 'build_tree', 'video_files', 'check_videos', 'forecast_build', 'build_trees',
-           'videos_for_questions', 'stage_videos']
+           'videos_for_questions', 'stage_videos', 'stage_bounds']
 
 # %% ../nbs/18c_build.ipynb #c958e11e
 def split_span(start:float, end:float, # the span to split, in seconds
@@ -411,3 +411,16 @@ def stage_videos(videos:str|Path|None=None, # folder of videos (relative: from t
     folder = from_root(videos) if videos is not None else from_root('workspaces/build_demo/videos')
     if videos is None and not (folder/'questions.jsonl').is_file(): make_synthetic_videos(folder)
     return videos_for_questions(from_root(questions), folder) if questions is not None else video_files(folder)
+
+# %% ../nbs/18c_build.ipynb #941075ff
+def stage_bounds(bounds=None # `BuildParams` fields: a dict, its text (Python, YAML, JSON), a YAML file or None
+                ) -> BuildParams:
+    "The `BuildParams` a build stage's `bounds` ask for; an unknown field or a value that is no number is named."
+    given, names = parameter_value(bounds, 'bounds') or {}, [f.name for f in fields(BuildParams)]
+    if unknown := [k for k in given if k not in names]:
+        raise ConfigError(where(f'unknown build bound {unknown[0]!r}', f'bounds takes {", ".join(names)}',
+                                parameter='bounds', field=unknown[0]))
+    if bad := [k for k, v in given.items() if isinstance(v, bool) or not isinstance(v, (int, float))]:
+        raise ConfigError(where(f'bounds.{bad[0]} must be a number, got {given[bad[0]]!r}', parameter='bounds',
+                                field=bad[0]))
+    return BuildParams(**given)

@@ -9,8 +9,7 @@ from dataclasses import dataclass, replace, asdict, fields
 from pathlib import Path
 from typing import Callable
 import polars as pl
-import yaml
-from .core import ConfigError, where, canonical_json
+from .core import ConfigError, where, canonical_json, parameter_value, read_yaml
 from .batching import BatchParams
 from .gate import GateParams
 from .skills import SKILL_MODES
@@ -18,8 +17,9 @@ from .split import SplitConfig, load_split_config, SPLIT_KEYS
 
 # %% auto #0
 __all__ = ['ACCEPTANCE_RULES', 'DELIVER', 'OPEN_PROBATIONS', 'PROBATION_EVIDENCE', 'TRAIN_CHECKS', 'TRAIN_RELATIONS',
-           'DEFAULT_SPLIT', 'CONFIG_SECTIONS', 'STAGE_PARAMETERS', 'check_table', 'TrainConfig', 'train_config',
-           'Config', 'load_config', 'runner_config', 'stage_config', 'flat_config', 'config_frame', 'show_config']
+           'DEFAULT_SPLIT', 'CONFIG_SECTIONS', 'SECTION_RECORDS', 'STAGE_PARAMETERS', 'MAPPING_PARAMETERS',
+           'check_table', 'TrainConfig', 'train_config', 'Config', 'check_sections', 'load_config', 'runner_config',
+           'stage_config', 'flat_config', 'config_frame', 'show_config']
 
 # %% ../nbs/16a_config.ipynb #a2738424
 ACCEPTANCE_RULES = ('gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'gepa_pool')
@@ -169,9 +169,7 @@ class Config:
 
 # %% ../nbs/16a_config.ipynb #23e9fcbd
 def _read_yaml(path:Path) -> dict:
-    if not path.is_file(): raise ConfigError(where('config file not found', 'Check the path', file=path))
-    try: raw = yaml.safe_load(path.read_text(encoding='utf-8'))
-    except yaml.YAMLError as e: raise ConfigError(where(f'config file is not valid YAML ({e})', file=path)) from None
+    raw = read_yaml(path)  # a missing file, bad YAML and a key given twice are refused, naming the file
     if raw is None: return {}
     if not isinstance(raw, dict):
         raise ConfigError(
@@ -187,6 +185,29 @@ def _set_dotted(d:dict, key:str, value) -> dict:
     if not isinstance(inner, dict): raise ConfigError(where(f'cannot set {key}: {head} is not a section', field=key))
     return d | {head: _set_dotted(inner, rest, value)}
 
+SECTION_RECORDS = {'split': (), 'train': (TrainConfig,), 'train.batch': (BatchParams,),
+                   'train.gate': (GateParams,)}  # a config section -> the records it may be besides a mapping
+
+def _section_value(raw:dict, key:str):
+    "The value of the dotted section `key` in `raw` (None when it or its parent is not there or is no mapping)."
+    head, _, rest = key.partition('.')
+    value = raw.get(head)
+    if not rest: return value
+    return value.get(rest) if isinstance(value, dict) else None
+
+def check_sections(raw:dict, # a config's sections as read
+                   file:Path|None=None # the file they came from
+                  ) -> dict:
+    "`raw`, or a `ConfigError` naming the file and key of a section written as a list (or a value) for a mapping."
+    for key, records in SECTION_RECORDS.items():
+        value = _section_value(raw, key)
+        if value is not None and not isinstance(value, (dict, *records)):
+            raise ConfigError(where(f'config section {key} must be a mapping of its settings, got '
+                                    f'{type(value).__name__} {value!r}',
+                                    f'Write {key} as `name: value` lines (or {{name: value}}), without list dashes',
+                                    file=file, field=key))
+    return raw
+
 def load_config(
     src=None,  # a Config, a dict with the sections split/train/skill_mode, a YAML file path, or None (defaults)
     overrides: dict | None = None  # dotted key -> value, applied on top (e.g. {'train.epochs': 3})
@@ -194,18 +215,17 @@ def load_config(
     "The validated `Config`; any bad key or value is a `ConfigError` naming it (and the file)."
     if isinstance(src, Config) and not overrides: return src
     file = Path(src) if isinstance(src, (str, Path)) else None
-    raw = src.to_dict() if isinstance(src, Config) else _read_yaml(file) if file else dict(src or {})
+    raw = check_sections(src.to_dict() if isinstance(src, Config) else _read_yaml(file) if file else dict(src or {}),
+                         file)
     for k, v in (overrides or {}).items():
         raw = _set_dotted(raw, k, v)
+    check_sections(raw)  # what the overrides set
     if unknown := sorted(set(raw) - set(CONFIG_SECTIONS)):
         raise ConfigError(
             where(f'unknown config section {unknown[0]!r}', f'Use {", ".join(CONFIG_SECTIONS)}', file=file,
                   field=unknown[0]))
     try:
-        split = raw.get('split') or {}
-        if not isinstance(split, dict):
-            raise ConfigError(where(f'split must be a mapping, got {type(split).__name__}', field='split'))
-        return Config(load_split_config(DEFAULT_SPLIT | split), train_config(raw.get('train') or {}),
+        return Config(load_split_config(DEFAULT_SPLIT | (raw.get('split') or {})), train_config(raw.get('train') or {}),
                       raw.get('skill_mode', 'auto'))
     except ConfigError as e:
         raise ConfigError(f'{e} (in {file})' if file else str(e)) from None
@@ -232,16 +252,27 @@ STAGE_PARAMETERS = {  # a stage notebook's parameter -> the dotted config key it
                                  'ladder_cap', 'max_calls', 'deliver', 'momentum')},
     **{k: f'train.batch.{k}' for k in ('batch_size', 'min_class', 'correct_ratio')},
     **{k: f'train.gate.{k}' for k in ('alpha', 'alpha_dir', 'alpha_prov', 'min_n', 'min_effect_q')}}
+MAPPING_PARAMETERS = ('floor_k',)  # the stage parameters that hold a mapping (papermill's -p passes their text)
 
-def stage_config(config=None, # the notebook's `config`: a YAML file, a dict of sections, or None (the defaults)
-                 settings:dict|None=None, # more overrides as dotted keys
+def _settings(settings) -> dict:
+    "The notebook's `settings` as dotted key -> value."
+    overrides = parameter_value(settings, 'settings') or {}
+    if bad := [k for k in overrides if not isinstance(k, str)]:
+        raise ConfigError(where(f'settings are dotted keys of the config, got the key {bad[0]!r}',
+                                "Write them as -p settings \"{'train.gate.tau': 0.1}\"", parameter='settings'))
+    return overrides
+
+def stage_config(config=None, # the notebook's `config`: a YAML file, a dict of sections or its text, or None
+                 settings:dict|str|None=None, # more overrides as dotted keys: a dict, its text, or a YAML file
                  **params # the notebook's parameters by name (see STAGE_PARAMETERS); None leaves the config's value
                 ) -> Config:
     "The `Config` of a stage notebook: its file, then its parameters that are set, then `settings`."
     if unknown := sorted(set(params) - set(STAGE_PARAMETERS)):
         raise ConfigError(where(f'unknown stage parameter {unknown[0]!r}', field=unknown[0]))
-    return load_config(config, {STAGE_PARAMETERS[k]: v
-                                for k, v in params.items() if v is not None} | dict(settings or {}))
+    source = config if isinstance(config, Config) else parameter_value(config, 'config', read_file=False)
+    values = {k: parameter_value(v, k) if k in MAPPING_PARAMETERS else v for k, v in params.items()}
+    overrides = {STAGE_PARAMETERS[k]: v for k, v in values.items() if v is not None} | _settings(settings)
+    return load_config(source, overrides)
 
 def flat_config(d:dict, prefix:str='') -> dict:
     "Dotted key -> value of a nested settings dict."

@@ -4,17 +4,18 @@
 
 # %% ../nbs/00_core.ipynb #121e446a
 from __future__ import annotations
-import asyncio, collections, contextlib, hashlib, importlib, json, os, shutil, sqlite3, tempfile, time
+import ast, asyncio, collections, contextlib, hashlib, importlib, json, os, shutil, sqlite3, tempfile, time
 from pathlib import Path
+import yaml
 
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count',
-           'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'atomic_write_bytes',
-           'atomic_write_text', 'sweep_temp_files', 'canonical_json', 'atomic_write_json', 'read_json', 'file_identity',
-           'folder_listing', 'connect_wal', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed',
-           'Slots']
+           'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'parse_yaml', 'read_yaml',
+           'parse_parameter', 'parameter_value', 'atomic_write_bytes', 'atomic_write_text', 'sweep_temp_files',
+           'canonical_json', 'atomic_write_json', 'read_json', 'file_identity', 'folder_listing', 'connect_wal',
+           'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed', 'Slots']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -113,6 +114,103 @@ def from_root(path:str|Path|None # a path a user wrote in a stage notebook or a 
     "Resolve a relative path from the project root (notebooks run in `nbs/`); absolute paths and None stay as they are."
     if path is None: return None
     return Path(path) if Path(path).is_absolute() else project_root()/path
+
+# %% ../nbs/00_core.ipynb #15db6828
+def _repeated_yaml_key(node, path:str='') -> tuple[str, int]|None:
+    "(dotted key, line) of the first key a mapping of the composed YAML `node` gives twice; None when none does."
+    if isinstance(node, yaml.SequenceNode):
+        return next((found for item in node.value if (found := _repeated_yaml_key(item, path))), None)
+    if not isinstance(node, yaml.MappingNode): return None
+    seen = set()
+    for key, value in node.value:
+        if not isinstance(key, yaml.ScalarNode): continue
+        name = f'{path}{key.value}'
+        if name in seen: return name, key.start_mark.line + 1
+        seen.add(name)
+        if found := _repeated_yaml_key(value, f'{name}.'): return found
+    return None
+
+def _yaml_problem(e:yaml.YAMLError) -> str:
+    "What a YAML error says, on one line, with its line and column when it has them."
+    mark = getattr(e, 'problem_mark', None)
+    at = f', line {mark.line + 1}, column {mark.column + 1}' if mark else ''
+    return f'{getattr(e, "problem", None) or e}{at}'
+
+def parse_yaml(text:str, # YAML (or JSON) text
+               what:str='config file', # what the text is, for messages
+               hint:str='Fix the YAML syntax', # what to do about invalid YAML
+               **loc # where it came from, for messages: file=..., parameter=...
+              ):
+    "The value YAML `text` holds; invalid YAML, or a key given twice in one mapping, is a `ConfigError` naming `loc`."
+    try:
+        if found := _repeated_yaml_key(yaml.compose(text, Loader=yaml.SafeLoader)):
+            raise ConfigError(where(f'{what} gives key {found[0]!r} twice (line {found[1]})',
+                                    'Keep one of them: YAML would silently use the last', **loc, key=found[0]))
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(where(f'{what} is not valid YAML ({_yaml_problem(e)})', hint, **loc)) from None
+
+def read_yaml(path:str|Path, # a YAML file a user wrote
+              what:str='config file' # what it is, for messages
+             ):
+    "The value a YAML file holds; a missing file, invalid YAML or a key given twice is a `ConfigError` naming the file."
+    path = Path(path)
+    if not path.is_file(): raise ConfigError(where(f'{what} not found', 'Check the path', file=path))
+    return parse_yaml(path.read_text(encoding='utf-8'), what, file=path)
+
+# %% ../nbs/00_core.ipynb #16687a31
+_KIND_NAMES = {dict: 'mapping', list: 'list'}  # what a parameter holds -> its name in messages
+_KIND_EXAMPLES = {dict: "\"{'key': value}\"", list: '"[a, b]"'}
+
+def _repeated_python_key(node:ast.AST):
+    "The first key a dict literal in `node` gives twice (None: no key is repeated)."
+    for d in ast.walk(node):
+        keys = [k.value for k in getattr(d, 'keys', ()) if isinstance(k, ast.Constant)]
+        for i, key in enumerate(keys):
+            if key in keys[:i]: return key
+    return None
+
+def parse_parameter(text:str, # what papermill's `-p` passed on
+                    name:str # the parameter's name, for messages
+                   ):
+    "The value `text` spells: a Python dict or list literal when it is one (`{'a': None}`), else YAML (JSON is YAML)."
+    try: node = ast.parse(text.strip(), mode='eval').body
+    except SyntaxError: node = None
+    if isinstance(node, (ast.Dict, ast.List)):
+        if (key := _repeated_python_key(node)) is not None:
+            raise ConfigError(where(f'parameter {name} gives key {key!r} twice', 'Keep one of them', parameter=name))
+        try: return ast.literal_eval(node)
+        except ValueError: pass  # not a literal (e.g. {a: 1}, a bare name): YAML reads it
+    return parse_yaml(text, f'parameter {name}', 'Write it as a Python literal, YAML or JSON', parameter=name)
+
+def _parameter_file(path:Path, name:str, kind:type, read:bool):
+    "What the YAML file a parameter names holds (or its path when not `read`)."
+    try: found = path.is_file()
+    except OSError: found = False  # a name too long for the file system is no file
+    if not found:
+        raise ConfigError(where(f'{name} must be a {_KIND_NAMES[kind]}, its text or a YAML file, got {str(path)!r}: '
+                                'no such file', f'Write it as -p {name} {_KIND_EXAMPLES[kind]}, or check the path',
+                                parameter=name))
+    if not read: return path
+    got = read_yaml(path, f'the file of parameter {name}')
+    if not isinstance(got, kind):
+        raise ConfigError(where(f'the file of parameter {name} holds a {type(got).__name__}, not a {_KIND_NAMES[kind]}',
+                                parameter=name, file=path))
+    return got
+
+def parameter_value(value, # as given: a dict or list, its text (Python, YAML or JSON), or the name of a YAML file
+                    name:str, # the parameter's name, for messages
+                    kind:type=dict, # what it holds: dict or list
+                    read_file:bool=True # False: the name of a file comes back as its path (for a reader that names it)
+                   ):
+    "What a dict- or list-valued notebook parameter holds (papermill's `-p` passes text); else a `ConfigError`."
+    if value is None or isinstance(value, kind): return value
+    got = parse_parameter(value, name) if isinstance(value, str) else value
+    if isinstance(got, kind): return got
+    if isinstance(got, (str, Path)): return _parameter_file(from_root(got), name, kind, read_file)
+    raise ConfigError(where(f'{name} must be a {_KIND_NAMES[kind]}, its text or a YAML file, got '
+                            f'{type(got).__name__} {got!r}', f'Write it as -p {name} {_KIND_EXAMPLES[kind]}',
+                            parameter=name))
 
 # %% ../nbs/00_core.ipynb #8f329fed
 def atomic_write_bytes(path:str|Path, # target file; parent folders are created

@@ -537,7 +537,7 @@ def _dialects(self:OpenAIProvider, response_format:dict|None) -> list[tuple[str,
 @patch
 async def _send(self: OpenAIProvider, messages, temperature, max_tokens, seed,
                 response_format) -> tuple[LLMResponse, int, str]:
-    "Send the call in the first reply-format dialect the endpoint takes (probed once, under a lock); (reply, tries, dialect)."
+    "Send in the first reply-format dialect the endpoint takes (probed once, under a lock); (reply, tries, dialect)."
     tries, spent = self._dialects(response_format), 0
     if len(tries) == 1:
         r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, tries[0][1]))

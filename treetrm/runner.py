@@ -165,11 +165,12 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
                ) -> TrainResult:
     "Train the skills (DESIGN §8): resumable by run id; ends with the best version delivered and tested once."
     check_run_id(run_id)
-    await self.split()
-    if health := self.run_health(BASELINE_RUN): print(f'WARNING: {health}')
     cfg = train_config(self.config,
                        **{k: v for k, v in dict(epochs=epochs, acceptance=acceptance).items() if v is not None},
                        **settings)
+    self.check_trainable(cfg)  # a benchmark too small to gate any type is refused before the split pays a baseline
+    await self.split()
+    if health := self.run_health(BASELINE_RUN): print(f'WARNING: {health}')
     run = open_train_run(self, run_id, cfg, self.resolve_version(start), fresh, show, on_event)
     state = load_checkpoint(run.checkpoint, expect_structural=run.parts)
     if state is not None and state.phase == 'done':

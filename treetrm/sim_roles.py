@@ -19,10 +19,10 @@ from .sim import load_world, skill_behaviours
 from .sim_agent import last_user_text, message_text, request_context, request_rng, sim_answer, SimAgent
 
 # %% auto #0
-__all__ = ['ROLE_FACTORIES', 'PAIR_ORDER', 'NEUTRAL_PROMPT_SENTENCE', 'SIM_MODELS', 'SimEcho', 'register_role', 'make_role',
-           'true_diagnosis', 'noisy_diagnosis', 'SimJudge', 'rule_candidates', 'propose_edit', 'momentum_reply',
-           'propose_prompt_edit', 'SimEvolver', 'rule_relevance', 'propose_realistic_edit', 'judge_truth',
-           'judge_agreement', 'sim_providers']
+__all__ = ['ROLE_FACTORIES', 'PAIR_ORDER', 'NEUTRAL_PROMPT_SENTENCE', 'SIM_MODELS', 'WORLD_ROLES', 'SimEcho', 'register_role',
+           'make_role', 'true_diagnosis', 'noisy_diagnosis', 'SimJudge', 'rule_candidates', 'propose_edit',
+           'momentum_reply', 'propose_prompt_edit', 'SimEvolver', 'rule_relevance', 'propose_realistic_edit',
+           'judge_truth', 'judge_agreement', 'check_world', 'sim_providers']
 
 # %% ../nbs/03b_sim_roles.ipynb #241c4c69
 @dataclass
@@ -280,6 +280,19 @@ def judge_agreement(signals:pl.DataFrame, # diagnosis_signals rows
 # %% ../nbs/03b_sim_roles.ipynb #1ed14a6a
 SIM_MODELS = {'agent': 'sim-agent', 'judge': 'sim-judge', 'evolver': 'sim-evolver', 'vision': 'sim-vision'}
 register_role('sim-vision', 'treetrm.sim_vision:sim_vision')  # the builder's model: defined above this layer
+WORLD_ROLES = ('agent', 'judge', 'evolver')  # the sim roles that answer from a planted world (vision reads images)
+
+def check_world(world_dir:str|Path|None, # the folder the roles would read (None: the demo world)
+                roles # the roles asked for
+               ) -> None:
+    "A `ConfigError` when roles that answer from a planted world are asked for over a folder without `world.json`."
+    if world_dir is None or not set(roles) & set(WORLD_ROLES) or (Path(world_dir)/'world.json').is_file(): return
+    raise ConfigError(where(
+        'the sim backend answers from a planted world (world.json) and this benchmark has none, so its simulated '
+        'agent, judge and evolver have nothing to answer from',
+        "Trees built from your own videos (or Video-MME's) need backend='openai' and TREETRM_<ROLE>_* endpoints; "
+        'for an offline run, plant a world with `python -m treetrm.sim_server world <folder>` and use it as data_dir',
+        file=Path(world_dir)/'world.json', field='backend'))
 
 def sim_providers(roles, # which roles to build
                   world_dir:str|Path|None=None, # the world the roles read (None: the demo world)
@@ -290,4 +303,5 @@ def sim_providers(roles, # which roles to build
     if missing := [r for r in roles if r not in SIM_MODELS]:
         raise ConfigError(where(f'the sim backend has no {", ".join(missing)} role',
                                 f'Ask for roles among {", ".join(SIM_MODELS)}', field='roles'))
+    check_world(world_dir, roles)
     return {r: make_role(SIM_MODELS[r], world_dir, seed) for r in roles}

@@ -11,10 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 import numpy as np
 import polars as pl
-import yaml
 from .core import (ConfigError, DataError, atomic_write_bytes, atomic_write_json, canonical_json, read_json,
-                          sha256_bytes, sha256_file, stable_seed, where, check_count)
-from .data import Question, load_questions, load_trees
+                          read_yaml, sha256_bytes, sha256_file, stable_seed, where, check_count)
+from .data import Question, build_units, load_questions, load_trees
 from .diagnose import diag_fingerprint, diagnose, load_diagnose_prompts
 from .inference import run_inference
 from .log import HarnessLog
@@ -23,10 +22,11 @@ from .skills import load_skill_dir
 # %% auto #0
 __all__ = ['SPLIT_KEYS', 'SIGNALS', 'POOLS', 'POOLS_FORMAT', 'SplitConfig', 'load_split_config', 'signal_of', 'signal_labels',
            'VideoGroup', 'video_groups', 'Dimensions', 'dimensions', 'pool_gap', 'seeded_order', 'pool_sizes',
-           'check_floors_possible', 'select_floor_videos', 'fill_trainval', 'split_trainval', 'Assignment', 'Split',
-           'assign', 'check_split', 'validation_wrong', 'check_power', 'build_split', 'pools_document', 'pools_bytes',
-           'split_manifest', 'write_split', 'load_split', 'pool_summary', 'pool_distribution', 'plot_pools',
-           'pools_dir', 'has_pools', 'SplitPlan', 'plan_split', 'existing_split', 'run_split', 'show_split']
+           'check_floors_possible', 'select_floor_videos', 'fill_trainval', 'validation_count', 'split_trainval',
+           'validation_capacity', 'Assignment', 'Split', 'assign', 'check_split', 'validation_wrong', 'check_power',
+           'build_split', 'pools_document', 'pools_bytes', 'split_manifest', 'write_split', 'load_split',
+           'pool_summary', 'pool_distribution', 'plot_pools', 'pools_dir', 'has_pools', 'SplitPlan', 'plan_split',
+           'existing_split', 'run_split', 'show_split']
 
 # %% ../nbs/09_split.ipynb #da177ffb
 SPLIT_KEYS = ('seed', 'test_ratio', 'epsilon', 'report_floor', 'floor_k', 'val_ratio', 'val_wrong_min')
@@ -72,13 +72,7 @@ class SplitConfig:
 
 # %% ../nbs/09_split.ipynb #3b2e9836
 def _config_mapping(src, file) -> dict:
-    if isinstance(src, (str, Path)):
-        file = Path(src)
-        if not file.exists(): raise ConfigError(where('split config file not found', 'Check the path', file=file))
-        try:
-            src = yaml.safe_load(file.read_text(encoding='utf-8'))
-        except yaml.YAMLError as e:
-            raise ConfigError(where(f'split config is not valid YAML ({e})', file=file)) from None
+    if isinstance(src, (str, Path)): src = read_yaml(src, 'split config file')  # a key given twice is refused
     if not isinstance(src, dict):
         raise ConfigError(where(f'split config must be a mapping, got {type(src).__name__}', file=file))
     return src
@@ -222,7 +216,8 @@ def pool_sizes(n_videos:int, config:SplitConfig) -> tuple[int, int]:
     "(test videos, trainval videos); each pool gets at least one video."
     if n_videos < 3:
         raise ConfigError(
-            where(f'the benchmark has {n_videos} videos; the split needs at least 3', 'Use a larger benchmark'))
+            where(f'the benchmark has {n_videos} videos; the split needs at least 3 (one for each of the test, '
+                  'validation and diagnosis pools)', 'Use a benchmark with questions about more videos'))
     n_test = min(max(1, round(config.test_ratio * n_videos)), n_videos - 2)
     return n_test, n_videos - n_test
 
@@ -282,11 +277,25 @@ def fill_trainval(groups: dict[str, VideoGroup], dims: Dimensions, chosen: list[
     return chosen
 
 # %% ../nbs/09_split.ipynb #e4252e49
+def validation_count(n_trainval:int, config:SplitConfig) -> int:
+    "Videos of the validation pool: `val_ratio` of the trainval videos, at least one, and one left for diagnosis."
+    return min(max(1, round(config.val_ratio * n_trainval)), n_trainval - 1)
+
 def split_trainval(trainval:list[str], config:SplitConfig) -> tuple[list[str], list[str]]:
     "(validation videos, diagnosis videos), both sorted."
-    n_val = min(max(1, round(config.val_ratio * len(trainval))), len(trainval) - 1)
+    n_val = validation_count(len(trainval), config)
     drawn = seeded_order(trainval, config.seed, 'validation')
     return sorted(drawn[:n_val]), sorted(drawn[n_val:])
+
+# %% ../nbs/09_split.ipynb #7bbe1216
+def validation_capacity(questions:list[Question], # the benchmark
+                        config:SplitConfig # the split settings
+                       ) -> dict[str, int]:
+    "Task type -> the most units of it the validation pool can hold (from the videos richest in that type)."
+    n_val = validation_count(pool_sizes(len({q.video_id for q in questions}), config)[1], config)
+    per_video = Counter((u.task_type, u.video_id) for u in build_units(questions))
+    richest = lambda t: sorted((n for (tt, _), n in per_video.items() if tt == t), reverse=True)[:n_val]
+    return {t: sum(richest(t)) for t in sorted({t for t, _ in per_video})}
 
 # %% ../nbs/09_split.ipynb #5b7a0e8c
 POOLS = ('test', 'validation', 'diagnosis')
@@ -586,6 +595,7 @@ def plan_split(workspace, *, questions_path, trees_dir, skills_dir, agent, judge
     "Check the wiring of a split (files, trees, skills, config, templates) and describe it; no model call."
     config, qs = load_split_config(config), load_questions(questions_path)
     videos = sorted({q.video_id for q in qs})
+    pool_sizes(len(videos), config)  # too few videos for three pools: refused before a baseline is paid for
     load_trees(trees_dir, videos)
     skills = load_skill_dir(skills_dir)
     jm = judge_model or getattr(judge, 'model', '')

@@ -5,10 +5,12 @@
 # %% ../nbs/16e_train_run.ipynb #7307695f
 from __future__ import annotations
 import math, random
+from collections import Counter
 from dataclasses import dataclass, replace, asdict
 from pathlib import Path
 from typing import Callable, Mapping
 import polars as pl
+from fastcore.basics import patch
 from .core import ConfigError, DataError, InfraError, where, read_json, sha256_file, stable_seed
 from .data import build_units, unit_correct, questions_fingerprint
 from .edits import Edit
@@ -16,7 +18,7 @@ from .skills import set_current, set_best, load_manifest
 from .agent import INFRA_STOP_REASONS
 from .log import HarnessLog, TrainRunId
 from .inference import predictions_correctness, answer_health
-from .split import pools_dir
+from .split import has_pools, pools_dir, validation_capacity
 from .batching import build_batches
 from .config import TrainConfig
 from .gate import GateParams, confirm_log_threshold, min_effect_q_for, round_cap
@@ -31,9 +33,9 @@ from . import report
 # %% auto #0
 __all__ = ['MIN_HISTORY_UNITS', 'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early',
            'probation_pairs', 'rule_kinds', 'TrainRun', 'attempt_run_id', 'agent_samples', 'probation_design',
-           'open_train_run', 'pool_accuracy', 'start_correctness', 'initial_state', 'split_reserve', 'cap_ladder',
-           'start_epoch', 'evidence_cap', 'discordance_estimate', 'gate_history', 'type_gate_params', 'epoch_ladders',
-           'role_usage', 'forecast_usage', 'forecast']
+           'type_counts', 'open_train_run', 'pool_accuracy', 'start_correctness', 'initial_state', 'split_reserve',
+           'cap_ladder', 'start_epoch', 'evidence_cap', 'discordance_estimate', 'gate_history', 'type_gate_params',
+           'epoch_ladders', 'role_usage', 'forecast_usage', 'forecast']
 
 # %% ../nbs/16e_train_run.ipynb #543eb5e7
 def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> correct before the rollout
@@ -169,12 +171,16 @@ def probation_design(config:TrainConfig, # the run's settings
     return evidence, share
 
 # %% ../nbs/16e_train_run.ipynb #b7523051
+def type_counts(units) -> dict[str, int]:
+    "Task type -> how many of `units` (questions or units) have it."
+    return dict(Counter(u.task_type for u in units))
+
 def open_train_run(ws:Workspace, run_id:str, cfg:TrainConfig, start:str, fresh:bool, show:bool, on_event) -> TrainRun:
     "The fixed context of a training run (archiving the old attempt when `fresh`)."
     rid = attempt_run_id(ws.workspace/'runs', run_id, fresh)
     diag, val, test = (ws.pool(p) for p in ('diagnosis', 'validation', 'test'))
     units = build_units(val)
-    sizes = {t: sum(u.task_type == t for u in units) for t in {u.task_type for u in units}}
+    sizes = type_counts(units)
     world = read_json(ws.data_dir/'world.json') if (ws.data_dir/'world.json').exists() else None
     rule = ACCEPTANCE[cfg.acceptance] if isinstance(cfg.acceptance, str) else cfg.acceptance
     parts = structural_parts(questions_sha=questions_fingerprint(ws.questions_path, ws.questions),
@@ -186,6 +192,25 @@ def open_train_run(ws:Workspace, run_id:str, cfg:TrainConfig, start:str, fresh:b
     return TrainRun(run_id, rid, ws.workspace/'runs'/run_id, cfg, start, diag, val, test, units,
                      {t for t, n in sizes.items() if n >= cfg.min_ladder_units}, world, rule, parts, evidence, share,
                      show, on_event)
+
+# %% ../nbs/16e_train_run.ipynb #c1dc856f
+@patch
+def check_trainable(self:Workspace, config:TrainConfig|None=None # the run's settings (default: the workspace's)
+                   ) -> dict[str, int]:
+    "Task type -> validation units (before a split: the most the pool can hold); a `ConfigError` if none can be gated."
+    need, split = (config or self.config).min_ladder_units, self.split_config
+    done = has_pools(self.workspace)
+    sizes = type_counts(build_units(self.pool('validation'))) if done else validation_capacity(self.questions, split)
+    if max(sizes.values(), default=0) >= need: return sizes
+    biggest = max(sorted(sizes), key=sizes.get, default='any type')
+    share = (1 - split.test_ratio) * split.val_ratio
+    raise ConfigError(where(
+        f'the benchmark is too small to train on: the gate takes a task type with at least min_ladder_units={need} '
+        f'validation units, and the validation pool {"holds" if done else "can hold at most"} '
+        f'{sizes.get(biggest, 0)} units of a type ({biggest})',
+        f'Use a benchmark with more questions per type (the validation pool gets about {share:.0%} of the videos, so '
+        f'about {math.ceil(need / share)} units of one type), or lower train.min_ladder_units (a type below it is '
+        'not gated, and a short ladder rarely confirms an edit)', field='train.min_ladder_units'))
 
 # %% ../nbs/16e_train_run.ipynb #2d6b18fd
 def pool_accuracy(correctness:Mapping[str,bool], questions) -> float:
