@@ -72,7 +72,6 @@ if __name__ == '__main__':  # the subprocess: python tests/test_crashes.py WORKS
     with watching_commits(on_commit): asyncio.run(pipeline(Path(ws), Path(world), commits.mark, backend))
     sys.exit(0)
 
-import polars as pl
 import pytest
 
 from treetrm.llm import cache_key

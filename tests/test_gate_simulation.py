@@ -6,7 +6,7 @@ import pytest
 from scipy import special, stats
 from treetrm.gate import (GateParams, e_value_plus, log_e_value_plus, log_e_value_futility, mcnemar_exact_one_sided,
                           RULE_DECISIONS)
-from treetrm.gate_sim import (simulate_ladders, run_rules, summarise_rules, gate_paths, gate_tables,
+from treetrm.gate_sim import (simulate_ladders, run_rules, summarise_rules, gate_paths,
                               gate_outcome_distribution, distribution_summary, ville_crossing_probability,
                               fixed_n_power, fixed_n_power_n, q_for_gain, REFERENCE)
 
