@@ -47,6 +47,13 @@ def true_gain(ws: Path, rule: str) -> float:
     return 100 * (true_accuracy(ws/'world', skills/delivered, test) - true_accuracy(ws/'world', skills/seed, test))
 
 
+def population_gain(ws: Path, rule: str) -> float:
+    "Points the delivered skills' exact accuracy is above the seed's on every question of the world (the oracle's)."
+    seed, delivered = seed_and_delivered(ws, rule)
+    qs, skills = list(world_questions(ws/'world').values()), ws/'workspace'/'skills'
+    return 100 * (true_accuracy(ws/'world', skills/delivered, qs) - true_accuracy(ws/'world', skills/seed, qs))
+
+
 def without_wall_s(x):
     "A summary without its timings (the only part that differs between equal grids)."
     if isinstance(x, dict): return {k: without_wall_s(v) for k, v in x.items() if k != 'wall_s'}
@@ -169,6 +176,8 @@ def test_each_gain_is_the_truth_of_the_files_the_run_delivered(scored_grid):
             (run, ) = [r for r in rules[rule]['runs'] if r['seed'] == seed]
             assert abs(run['gain'] - true_gain(ws, rule)) < 1e-9, (seed, rule, run['gain'], true_gain(ws, rule))
             assert run['worse_than_seed'] == (true_gain(ws, rule) < -1e-9)
+            assert run['worse_by_half'] == (true_gain(ws, rule) < -0.5)  # the primary harm measure
+            assert abs(run['population_gain'] - population_gain(ws, rule)) < 1e-9, (seed, rule)
     changed = {(r, s) for r in ('greedy', 'oracle') for s in SCORED['seeds']
                if len(set(seed_and_delivered(world_workspace(work, s), r))) == 2
                and abs(true_gain(world_workspace(work, s), r)) > 1.0}

@@ -44,6 +44,7 @@ class GateRequest:
     rollout: dict = field(default_factory=dict) # question_id -> correct of the rollout (base skills on the batch)
     reuse_base: bool = True # base arms keyed by what the agent reads (False: by version names, no BaselineCache)
     temperature: float = 0.0 # the agent's sampling temperature in both arms
+    inherit_base: bool = False # an accepted candidate's paired outcomes become its content's base arm (`reuse_base`)
 
 @dataclass(frozen=True)
 class Acceptance:
@@ -122,7 +123,7 @@ async def gate_rule(runner:Workspace, req:GateRequest) -> dict[str, Acceptance]:
                                                 params=req.params, log=runner.log,
                                                 gate_guard_err=runner.config.gate_guard_err,
                                                 workspace=runner.workspace, baseline_cache=cache,
-                                                skill_mode=runner.skill_mode)
+                                                skill_mode=runner.skill_mode, inherit=req.inherit_base)
     return {t: Acceptance(t, o.decision, o.w, o.l, o.n_used, o.verdict.e_value, o.candidate_questions(),
                           tuple(o.paired), o) for t, o in outs.items()}
 

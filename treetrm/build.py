@@ -20,10 +20,10 @@ from .vision import (BuildLedger, VisionCaller, build_messages, card_from_reply,
 
 # %% auto #0
 __all__ = ['split_span', 'BuildParams', 'PlannedNode', 'plan_tree', 'VideoJob', 'check_video', 'build_fingerprint', 'BuildPaths',
-           'plan_video', 'write_frames', 'VideoBuild', 'checkpointed', 'describe_event', 'keyframes_schema',
-           'describe_keyframes', 'keyframe_cards', 'describe_scene', 'event_with_keyframes', 'scene_with_events',
-           'assemble_tree', 'build_tree', 'video_files', 'check_videos', 'forecast_build', 'build_trees',
-           'videos_for_questions', 'stage_videos', 'stage_bounds']
+           'plan_record', 'plan_video', 'write_frames', 'VideoBuild', 'checkpointed', 'describe_event',
+           'keyframes_schema', 'describe_keyframes', 'keyframe_cards', 'describe_scene', 'event_with_keyframes',
+           'scene_with_events', 'assemble_tree', 'build_tree', 'video_files', 'check_videos', 'forecast_row',
+           'forecast_build', 'build_trees', 'videos_for_questions', 'stage_videos', 'stage_bounds']
 
 # %% ../nbs/18c_build.ipynb #c958e11e
 def split_span(start:float, end:float, # the span to split, in seconds
@@ -145,12 +145,18 @@ def _plan_from(record:dict) -> dict[str, PlannedNode]:
              for n in record['nodes']]
     return {n.node_id: n for n in nodes}
 
+def plan_record(video:Path, # a video file
+                video_id:str, # its tree key
+                params:BuildParams) -> dict:
+    "The plan record (duration, cuts, nodes) of a video, from one decoding pass that finds its shot changes."
+    times, scores, duration = scan_video(video, params.analysis_fps)
+    cuts = find_cuts(times, scores, params.cut_threshold, params.min_shot_s)
+    return _plan_record(duration, cuts, plan_tree(video_id, duration, cuts, params))
+
 async def plan_video(job:VideoJob, params:BuildParams, paths:BuildPaths) -> dict:
     "The video's plan record (duration, cuts, nodes): read from the work folder, else scanned and written there."
     if (paths.work/'plan.json').is_file(): return read_json(paths.work/'plan.json')
-    times, scores, duration = await asyncio.to_thread(scan_video, job.video, params.analysis_fps)
-    cuts = find_cuts(times, scores, params.cut_threshold, params.min_shot_s)
-    record = _plan_record(duration, cuts, plan_tree(job.video_id, duration, cuts, params))
+    record = await asyncio.to_thread(plan_record, job.video, job.video_id, params)
     atomic_write_json(paths.work/'plan.json', record)
     return record
 
@@ -354,21 +360,21 @@ def check_videos(videos, subtitles=None) -> list[VideoJob]:
     return jobs
 
 # %% ../nbs/18c_build.ipynb #396f7d36
+def forecast_row(video_id:str, record:dict, params:BuildParams) -> dict:
+    "Duration, shot changes, nodes, model calls and images of the build of one planned video."
+    plan = _plan_from(record).values()
+    events = [n for n in plan if n.level == 2]
+    batches = sum(math.ceil(len(e.children) / params.frames_per_call) for e in events)
+    scenes, keyframes = sum(n.level == 1 for n in plan), sum(n.level == 3 for n in plan)
+    return {'video_id': video_id, 'duration_s': record['duration'], 'cuts': len(record['cuts']), 'scenes': scenes,
+            'events': len(events), 'keyframes': keyframes, 'calls': len(events) + batches + scenes,
+            'images': len(events) * params.event_frames + keyframes}
+
 def forecast_build(videos, # a folder of videos or a list of files
                    params:BuildParams|None=None) -> pl.DataFrame:
-    "Per video: duration, nodes and model calls of a fixed-span build (before anything is decoded in full)."
-    params, rows = params or BuildParams(), []
-    for v in video_files(videos):
-        d = probe_video(v).duration_s
-        plan = plan_tree(v.stem, d, [], params).values()
-        events = [n for n in plan if n.level == 2]
-        batches = sum(math.ceil(len(e.children) / params.frames_per_call) for e in events)
-        scenes, keyframes = sum(n.level == 1 for n in plan), sum(n.level == 3 for n in plan)
-        rows.append({'video_id': v.stem, 'duration_s': d, 'scenes': scenes, 'events': len(events),
-                     'keyframes': keyframes,
-                     'calls': len(events) + batches + scenes, 'images': len(events) * params.event_frames + keyframes,
-                     'max_events': math.ceil(d / params.l2_min_s)})
-    return pl.DataFrame(rows)
+    "Per video: duration, shot changes, nodes, model calls and images of its build (no model call)."
+    params = params or BuildParams()
+    return pl.DataFrame([forecast_row(v.stem, plan_record(v, v.stem, params), params) for v in video_files(videos)])
 
 # %% ../nbs/18c_build.ipynb #94bc303b
 async def build_trees(videos, # a folder of videos or a list of video files

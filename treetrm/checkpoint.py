@@ -142,7 +142,8 @@ def _diff(old, new, prefix:str='') -> list[str]:
             d for k in sorted(old.keys() | new.keys())
             for d in _diff(old.get(k, '<missing>'), new.get(k, '<missing>'), f'{prefix}{k}.')
         ]
-    return [] if old == new else [f'{prefix[:-1]} ({canonical_json(old)[:40]} -> {canonical_json(new)[:40]})']
+    same = canonical_json(old) == canonical_json(new)  # as stored: a tuple and the list it was saved as are equal
+    return [] if same else [f'{prefix[:-1]} ({canonical_json(old)[:40]} -> {canonical_json(new)[:40]})']
 
 def check_structural(stored:dict, # the parts in the checkpoint
                      expected:dict, # the parts of the run being resumed

@@ -11,21 +11,24 @@ from typing import Callable
 import polars as pl
 from .core import ConfigError, where, canonical_json, parameter_value, read_yaml
 from .batching import BatchParams
-from .gate import GateParams
+from .gate import GateParams, gate_at_alpha
 from .skills import SKILL_MODES
 from .split import SplitConfig, load_split_config, SPLIT_KEYS
 
 # %% auto #0
-__all__ = ['ACCEPTANCE_RULES', 'DELIVER', 'OPEN_PROBATIONS', 'PROBATION_EVIDENCE', 'TRAIN_CHECKS', 'TRAIN_RELATIONS',
-           'DEFAULT_SPLIT', 'CONFIG_SECTIONS', 'SECTION_RECORDS', 'STAGE_PARAMETERS', 'MAPPING_PARAMETERS',
-           'check_table', 'TrainConfig', 'train_config', 'Config', 'check_sections', 'load_config', 'runner_config',
-           'stage_config', 'flat_config', 'config_frame', 'show_config']
+__all__ = ['ACCEPTANCE_RULES', 'DELIVER', 'OPEN_PROBATIONS', 'PROBATION_EVIDENCE', 'VALIDATION_PASSES', 'DEFAULT_GATE',
+           'TRAIN_CHECKS', 'TRAIN_RELATIONS', 'DEFAULT_SPLIT', 'CONFIG_SECTIONS', 'SECTION_RECORDS', 'STAGE_PARAMETERS',
+           'MAPPING_PARAMETERS', 'check_table', 'TrainConfig', 'train_config', 'Config', 'check_sections',
+           'load_config', 'runner_config', 'stage_config', 'flat_config', 'config_frame', 'show_config']
 
 # %% ../nbs/16a_config.ipynb #a2738424
 ACCEPTANCE_RULES = ('gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'gepa_pool')
 DELIVER = ('best', 'current')
 OPEN_PROBATIONS = ('revert', 'keep')
 PROBATION_EVIDENCE = ('auto', 'fresh', 'snapshot')
+VALIDATION_PASSES = ('consumed', 'fresh')
+DEFAULT_GATE = GateParams(alpha=0.10, alpha_final=0.09, alpha_prov=0.09,  # 0.09 of alpha on the ladder end's look
+                          futility_looks=(0.2,))  # and an edit losing at the first fifth of its ladder is rejected
 
 def _whole(low: int) -> Callable:
     return lambda v: not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= low
@@ -60,6 +63,11 @@ TRAIN_CHECKS = (  # key, holds when, what is allowed
     ('futility', _flag, 'True or False'),
     ('calibrate', _flag, 'True or False'),
     ('reuse_base', _flag, 'True or False'),
+    ('inherit_base', _flag, 'True or False'),
+    ('harm_risk', _optional(_share(high_open=True)), 'a number in [0, 1) or None'),
+    ('harm_points', lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real) and 0 < v < 100,
+     'a number of accuracy points in (0, 100)'),
+    ('validation_pass', lambda v: v in VALIDATION_PASSES, f'one of {VALIDATION_PASSES}'),
     ('open_probations', lambda v: v in OPEN_PROBATIONS, f'one of {OPEN_PROBATIONS}'),
     ('temperature', lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real) and 0 <= v <= 2,
      'a number in [0, 2]'),
@@ -89,7 +97,7 @@ class TrainConfig:
     "The settings of a training run (DESIGN §8)."
     epochs: int = 2 # epochs at most
     batch: BatchParams = BatchParams(batch_size=16, min_class=4, correct_ratio=0.2) # mini-batch construction
-    gate: GateParams = GateParams() # the frozen gate settings
+    gate: GateParams = DEFAULT_GATE # the frozen gate settings
     acceptance: str = 'gate' # how an edit is accepted: one of ACCEPTANCE_RULES
     cooldown_steps: int = 1 # steps a task type sits out after a rejected edit
     probation_rounds: int = 2 # epochs a provisional edit may stay unconfirmed
@@ -112,6 +120,10 @@ class TrainConfig:
     futility: bool = True  # stop an edit below the smallest effect the pool can confirm (unless gate.min_effect_q)
     calibrate: bool = True # confirm at the exact threshold for the type's evidence cap instead of 1/alpha
     reuse_base: bool = True  # base-arm outcomes paid once a run, keyed by what the agent reads (False: per version)
+    inherit_base: bool = True # an accepted candidate's paired outcomes become the base arm of its content
+    harm_risk: float|None = None # set: per-edit alpha from P(run worse than the seed by > harm_points) <= harm_risk
+    harm_points: float = 0.5 # the harm bar's δ, in accuracy points of the test pool
+    validation_pass: str = 'consumed' # the epoch end's R: 'consumed' (fresh only where a probation reads it), 'fresh'
     open_probations: str = 'revert'  # an edit still provisional at the end: 'revert' (unconfirmed) or 'keep'
     temperature: float = 0.0  # the agent's sampling temperature in the run's own inference (rollouts, gates, R, test)
 
@@ -125,6 +137,8 @@ class TrainConfig:
                 self.acceptance, '__name__', 'custom')
         }
 
+def _is_alpha(v) -> bool: return _share(high_open=True)(v) and v > 0
+
 def _section(cls, raw, name:str):
     "A `BatchParams`/`GateParams` from some of its fields over `TrainConfig`'s default; bad fields named `name.field`."
     if not isinstance(raw, dict): return raw  # the table says what is allowed
@@ -132,7 +146,10 @@ def _section(cls, raw, name:str):
         raise ConfigError(
             where(f'unknown setting {name}.{unknown[0]}', f'{name} takes {", ".join(f.name for f in fields(cls))}',
                   field=f'{name}.{unknown[0]}'))
-    try: return cls(**(asdict(TrainConfig.__dataclass_fields__[name].default) | raw))
+    default, alpha = TrainConfig.__dataclass_fields__[name].default, raw.get('alpha')
+    if cls is GateParams and _is_alpha(alpha) and not {'alpha_final', 'alpha_prov'} & set(raw):
+        default = gate_at_alpha(default, alpha)  # a new alpha alone keeps the final look's share of it
+    try: return cls(**(asdict(default) | raw))
     except ConfigError as e: raise ConfigError(f'{name}.{e}') from None
 
 def train_config(config:TrainConfig|dict|None=None, **overrides) -> TrainConfig:

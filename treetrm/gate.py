@@ -12,13 +12,13 @@ from scipy import optimize, special, stats
 from .core import ConfigError, DataError, where
 
 # %% auto #0
-__all__ = ['GATE_EXITS', 'RULE_DECISIONS', 'EXIT_INDEX', 'DECISIONS', 'DECISION_RANK', 'QUADRANTS', 'PROBATION_ACTIONS',
-           'GateInputError', 'GateParams', 'log_betainc', 'log_e_value_plus', 'log_e_value_minus', 'e_value_plus',
-           'e_value_minus', 'mcnemar_exact_one_sided', 'log_e_value_futility', 'calibrated_threshold', 'round_cap',
-           'confirm_log_threshold', 'detectable_q', 'look_detectable_q', 'min_effect_q_for', 'GateState', 'GateExit',
-           'exit_index', 'GateVerdict', 'shrunk_delta', 'gate_state', 'gate_decision', 'paired_differences',
-           'flip_counts', 'PairBlock', 'pair_block', 'quadrant', 'Quadrants', 'classify_quadrants',
-           'probation_decision']
+__all__ = ['ALPHA_DIAL', 'GATE_EXITS', 'RULE_DECISIONS', 'EXIT_INDEX', 'DECISIONS', 'DECISION_RANK', 'QUADRANTS',
+           'PROBATION_ACTIONS', 'GateInputError', 'GateParams', 'log_betainc', 'log_e_value_plus', 'log_e_value_minus',
+           'e_value_plus', 'e_value_minus', 'mcnemar_exact_one_sided', 'log_e_value_futility', 'calibrated_threshold',
+           'round_cap', 'confirm_log_threshold', 'detectable_q', 'look_detectable_q', 'min_effect_q_for',
+           'gate_at_alpha', 'confirm_chance', 'harm_q', 'alpha_for_harm', 'GateState', 'GateExit', 'exit_index',
+           'GateVerdict', 'shrunk_delta', 'gate_state', 'gate_decision', 'paired_differences', 'flip_counts',
+           'PairBlock', 'pair_block', 'quadrant', 'Quadrants', 'classify_quadrants', 'probation_decision']
 
 # %% ../nbs/11_gate.ipynb #6445d60d
 class GateInputError(DataError, ValueError):
@@ -29,6 +29,10 @@ def _check_open_unit(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < 1:
         raise ConfigError(where(f'{name} must be a number strictly between 0 and 1, got {value!r}',
                                 'Use e.g. 0.05', field=name))
+
+def _is_share(value) -> bool:
+    "A real number strictly between 0 and 1."
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and 0 < value < 1
 
 def _check_positive(name, value):
     "Raise `ConfigError` unless `value` is a finite real number above 0."
@@ -50,6 +54,7 @@ class GateParams:
     beta_fut: float = 0.2 # futility rejects a worthwhile edit with probability <= beta_fut
     evidence_cap: int|None = None # most units ever paired (ladder + probation); set: confirm at its exact threshold
     alpha_final: float = 0.0 # alpha spent on one exact McNemar look at the ladder end; E+ confirms at the rest
+    futility_looks: tuple = () # shares of the ladder (e.g. (0.2,)) at which an edit with W < L is rejected
 
     def __post_init__(self):
         for name in ('alpha', 'alpha_dir', 'alpha_prov', 'beta_fut'): _check_open_unit(name, getattr(self, name))
@@ -68,6 +73,11 @@ class GateParams:
         if isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 <= f < self.alpha:
             raise ConfigError(where(f'alpha_final must be a number in [0, alpha) = [0, {self.alpha}), got {f!r}',
                                     'Use 0 for no final look, e.g. 0.03 with alpha = 0.05', field='alpha_final'))
+        looks = self.futility_looks
+        if not isinstance(looks, (tuple, list)) or not all(_is_share(x) for x in looks):
+            raise ConfigError(where(f'futility_looks must be a list of shares of the ladder in (0, 1), got {looks!r}',
+                                    'e.g. [0.2]: reject at the first fifth when W < L', field='futility_looks'))
+        object.__setattr__(self, 'futility_looks', tuple(sorted(float(x) for x in looks)))
 
     @property
     def alpha_e(self) -> float: return self.alpha - self.alpha_final # the e-process's share of alpha
@@ -249,6 +259,47 @@ def min_effect_q_for(params:GateParams, # the gate settings (alpha, prior, beta_
         q1 = min(q1, look_detectable_q(look, params.alpha_final, 1 - params.beta_fut))
     return float(min(q1, q_max))
 
+# %% ../nbs/11_gate.ipynb #807a4ac1
+ALPHA_DIAL = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2)  # the per-edit levels the harm bar picks from
+
+def gate_at_alpha(params:GateParams, alpha:float) -> GateParams:
+    "The gate at per-edit level `alpha`: its final look (and, when nothing is provisional, `alpha_prov`) scaled along."
+    scale = alpha / params.alpha
+    prov = params.alpha_prov if params.provisional else params.alpha_final * scale
+    return dataclasses.replace(params, alpha=alpha, alpha_final=params.alpha_final * scale, alpha_prov=prov)
+
+def confirm_chance(q:float, # P(W | discordant) of the edit
+                   n_units:int, # units the gate can pair (its ladder)
+                   discordance:float, # expected share of discordant units
+                   params:GateParams # the gate (alpha, final look, evidence cap)
+                  ) -> float:
+    "An upper bound on the chance that the gate confirms the edit: e-process crossing plus the final look's tail."
+    flips = max(1, int(round(discordance * n_units)))
+    rows = _cached_rows(flips, float(params.prior_a), float(params.prior_b))
+    chance = _crossing_probability(rows, confirm_log_threshold(params), q)
+    if params.alpha_final > 0:
+        w_crit = int(stats.binom.isf(params.alpha_final, flips, 0.5)) + 1  # the look's smallest confirming W
+        chance += float(stats.binom.sf(w_crit - 1, flips, q))
+    return min(1.0, chance)
+
+def harm_q(harm_points:float, # δ: the run's harm bar, in accuracy points of the whole pool
+           type_share:float, # the type's share of the pool
+           discordance:float # expected share of discordant units
+          ) -> float:
+    "q of an edit that alone makes the run worse by `harm_points`: its type's accuracy falls by harm/share."
+    return max(0.0, 0.5 - harm_points / 100 / type_share / (2 * discordance))
+
+def alpha_for_harm(risk:float, # ρ: the chance of harm by δ the user accepts per run
+                   candidates:float, # K: candidates the run is expected to judge
+                   n_units:int, discordance:float, type_share:float,
+                   params:GateParams, # the gate whose alpha is set (its final-look share is kept)
+                   harm_points:float=0.5, # δ
+                   dial:tuple=ALPHA_DIAL) -> float:
+    "The largest alpha on the dial at which K candidates, each alone harming the run by δ, pass with chance <= ρ."
+    q = harm_q(harm_points, type_share, discordance)
+    ok = [a for a in dial if candidates * confirm_chance(q, n_units, discordance, gate_at_alpha(params, a)) <= risk]
+    return max(ok, default=min(dial))
+
 # %% ../nbs/11_gate.ipynb #55c1543e
 @dataclass(frozen=True)
 class GateState:
@@ -279,6 +330,13 @@ def _below_min_effect(s:GateState, p:GateParams):
 def _final_look(p_value, p:GateParams):
     "The ladder end's exact McNemar look confirms at this p (never when `alpha_final` is 0)."
     return np.asarray(p_value) <= p.alpha_final if p.alpha_final > 0 else np.zeros(np.shape(p_value), bool)
+
+def _at_futility_look(s:GateState, p:GateParams):
+    "This unit crosses one of `futility_looks` (a share of the units the ladder holds), and W < L."
+    n, total = np.asarray(s.n_used), np.asarray(s.n_used) + np.asarray(s.n_remaining)
+    crossing = np.zeros(np.shape(n), bool)
+    for share in p.futility_looks: crossing |= (n >= share * total) & (n - 1 < share * total)
+    return crossing & (np.asarray(s.w) < np.asarray(s.l))
 
 def _plain(log_value) -> float:
     "An e-value as a plain number from its log (saturating at the largest float)."
@@ -331,6 +389,9 @@ GATE_EXITS = (
                            & ~_final_look(s.p_reach, p) & ~_provisional_holds(s, p)),
              lambda s, p: f'unreachable: even {s.n_remaining} more wins would give E+ = {_plain(s.log_reach):.3g} '
                           f'< {math.exp(confirm_log_threshold(p)):.3g}'),
+    GateExit('losing', 'reject_futility', 0, 'a futility look (a set share of the ladder) finds W < L',
+             _at_futility_look,
+             lambda s, p: f'losing at a futility look: W = {s.w} < L = {s.l} after {s.n_used} units'),
     GateExit('continue', 'continue', 1, 'otherwise', lambda s, p: True, _why_continue),
 )
 RULE_DECISIONS = tuple(e.decision for e in GATE_EXITS)  # exit index -> decision

@@ -17,13 +17,13 @@ from .core import ConfigError, DataError, InfraError, Slots, connect_wal, where,
 from .llm_config import RoleConfig, load_role_config, redact, role_env_name, thinking_extra_body
 
 # %% auto #0
-__all__ = ['PRICES', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED', 'TELEMETRY_KEYS', 'TELEMETRY_EXTRAS', 'LLMResponse', 'LLMProvider',
-           'ReplyError', 'reply_json', 'set_price', 'call_cost', 'backoff_delay', 'backoff_schedule',
-           'parse_retry_after', 'BreakerState', 'breaker_admit', 'breaker_success', 'breaker_failure',
-           'breaker_release_probe', 'CircuitBreaker', 'endpoint_slots', 'image_data_url', 'image_digest',
-           'attach_images', 'cache_key', 'ResponseCache', 'MalformedReply', 'is_context_overflow', 'ContextLengthError',
-           'classify_error', 'parse_completion', 'telemetry_row', 'json_schema_format', 'format_dialects',
-           'structured_dialect', 'OpenAIProvider']
+__all__ = ['PRICES', 'NO_PRICE', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED', 'TELEMETRY_KEYS', 'TELEMETRY_EXTRAS', 'LLMResponse',
+           'LLMProvider', 'ReplyError', 'reply_json', 'set_price', 'call_cost', 'price_of', 'usage_cost',
+           'backoff_delay', 'backoff_schedule', 'parse_retry_after', 'BreakerState', 'breaker_admit', 'breaker_success',
+           'breaker_failure', 'breaker_release_probe', 'CircuitBreaker', 'endpoint_slots', 'image_data_url',
+           'image_digest', 'attach_images', 'cache_key', 'ResponseCache', 'MalformedReply', 'is_context_overflow',
+           'ContextLengthError', 'classify_error', 'parse_completion', 'telemetry_row', 'json_schema_format',
+           'format_dialects', 'structured_dialect', 'OpenAIProvider']
 
 # %% ../nbs/02_llm.ipynb #3162e0a5
 @dataclass(frozen=True)
@@ -107,6 +107,19 @@ def call_cost(model:str, usage:dict, # {'prompt_tokens':.., 'completion_tokens':
     "USD cost of one call from its token usage; 0 when the model has no price."
     p_in, p_out = prices or PRICES.get(model, (0.0, 0.0))
     return (usage.get('prompt_tokens', 0)*p_in + usage.get('completion_tokens', 0)*p_out) / 1e6
+
+# %% ../nbs/02_llm.ipynb #c25d9fff
+NO_PRICE = 'no price set'
+
+def price_of(provider) -> tuple[float,float]|None:
+    "The (input, output) USD per million tokens `provider`'s calls are costed at; None when no price is set."
+    configured = getattr(getattr(provider, 'config', None), 'prices', None)
+    return configured or PRICES.get(getattr(provider, 'model', ''))
+
+def usage_cost(usage:dict, # {'prompt_tokens':.., 'completion_tokens':..}
+               prices:tuple[float,float]|None) -> float|None: # (input, output) USD per million tokens
+    "USD cost of some token usage at `prices`; None when there is no price (a forecast says so, never 0)."
+    return None if prices is None else round(call_cost('', usage, prices), 6)
 
 # %% ../nbs/02_llm.ipynb #f9fe5091
 MAX_RETRY_AFTER_S = 300.0

@@ -4,7 +4,7 @@
 
 # %% ../nbs/01b_llm_config.ipynb #bc6bfa68
 from __future__ import annotations
-import os, re
+import math, os, re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -13,8 +13,9 @@ from dotenv import dotenv_values
 from .core import ConfigError, where, project_root
 
 # %% auto #0
-__all__ = ['PROVIDER_KINDS', 'ROLES', 'STRUCTURED_MODES', 'MIN_CONTEXT_TOKENS', 'Secret', 'redact', 'detect_provider_kind',
-           'thinking_extra_body', 'RoleConfig', 'role_env_name', 'read_settings', 'load_role_config']
+__all__ = ['PROVIDER_KINDS', 'ROLES', 'STRUCTURED_MODES', 'MIN_CONTEXT_TOKENS', 'PRICE_KEYS', 'Secret', 'redact',
+           'detect_provider_kind', 'thinking_extra_body', 'RoleConfig', 'role_env_name', 'read_settings', 'role_prices',
+           'load_role_config']
 
 # %% ../nbs/01b_llm_config.ipynb #00a11ff6
 class Secret:
@@ -172,6 +173,23 @@ _OPTIONAL = {
 }
 
 # %% ../nbs/01b_llm_config.ipynb #f18e717b
+PRICE_KEYS = ('PRICE_IN', 'PRICE_OUT')
+
+def _price(name:str, raw:str) -> float:
+    return _parse_setting(name, raw, float, lambda v: math.isfinite(v) and v >= 0,
+                          'a number of USD per million tokens (0 or more)')
+
+def role_prices(role:str, # one of ROLES
+                get # variable key (e.g. 'PRICE_IN') -> its value for `role`, None when unset
+               ) -> tuple[float, float]|None:
+    "(input, output) USD per million tokens from TREETRM_<ROLE>_PRICE_IN and _PRICE_OUT; None when neither is set."
+    names, raw = [role_env_name(role, k) for k in PRICE_KEYS], [get(k) for k in PRICE_KEYS]
+    if not any(raw): return None
+    if missing := [n for n, v in zip(names, raw) if not v]:
+        raise ConfigError(where(f'{missing[0]} is not set, but the other price of role {role} is',
+                                'Set both prices (USD per million input and output tokens) or neither', var=missing[0]))
+    return tuple(_price(n, v) for n, v in zip(names, raw))
+
 def load_role_config(role:str, # one of ROLES
                      env:dict|None=None, # variables that win over .env (default: os.environ)
                      dotenv_path:str|Path|None=None, # .env file (default: the project root's, if any)
@@ -189,4 +207,5 @@ def load_role_config(role:str, # one of ROLES
         attr: _parse_setting(role_env_name(role, k), get(k), cast, ok, need)
         for k, (attr, cast, ok, need) in _OPTIONAL.items() if get(k)
     }
+    opts['prices'] = role_prices(role, get)
     return RoleConfig(get('MODEL'), get('BASE_URL'), api_key=get('API_KEY'), role=role, **{**opts, **overrides})

@@ -17,8 +17,8 @@ from .sim import (make_world, load_world, true_accuracy, skill_files, type_skill
 from .sim_agent import SimAgent
 from .sim_roles import SimJudge, SimEvolver
 from .skills import DEFAULT_SKILL, load_manifest, set_prompts
-from .config import ACCEPTANCE_RULES
-from .gate import GateParams, flip_counts
+from .config import ACCEPTANCE_RULES, DEFAULT_GATE
+from .gate import GateParams, flip_counts, gate_at_alpha
 from .anchor_rules import more_wins, mcnemar_accepts
 from .log import HarnessLog, TrainRunId
 from .acceptance import Acceptance, GateRequest, _ladders_of, greedy_rule
@@ -27,15 +27,16 @@ from .validate import materialised_candidates, candidates_root
 from . import report
 
 # %% auto #0
-__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'END_LOOK', 'ABLATIONS', 'EFFECT_BINS',
-           'CEILINGS', 'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'BAR_RULES',
-           'oracle_rule', 'paid_oracle_rule', 'free_pairs', 'free_validation_rule', 'CellSpec', 'grid_cells',
-           'BenchSettings', 'train_config', 'world_runner', 'run_calls_by_role', 'delivered_rules', 'harmful_points',
-           'effect_bin', 'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule', 'run_world', 'mean_ci',
-           'rule_summary', 'share_of', 'verdict', 'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job',
-           'naming_failed_job', 'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units',
-           'cell_mixture', 'grid_bar', 'pooled_rows', 'plot_frontier', 'plot_budget', 'plot_pooled', 'loop_table',
-           'write_loop_bench', 'show_loop_bench', 'bar_table']
+__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'PROBATION', 'END_LOOK', 'ABLATIONS',
+           'EFFECT_BINS', 'HARM_POINTS', 'CEILINGS', 'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES',
+           'VIDEOS_FOR_UNITS', 'BAR_RULES', 'oracle_rule', 'paid_oracle_rule', 'free_pairs', 'free_validation_rule',
+           'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner', 'run_calls_by_role',
+           'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files', 'timeline_files',
+           'train_with_rule', 'run_world', 'mean_ci', 'harm_measures', 'rule_summary', 'share_of', 'verdict',
+           'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job', 'naming_failed_job', 'run_grid',
+           'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'cell_mixture', 'grid_bar',
+           'pooled_rows', 'plot_frontier', 'plot_budget', 'plot_pooled', 'loop_table', 'write_loop_bench',
+           'show_loop_bench', 'bar_table']
 
 # %% ../nbs/17b_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
@@ -50,8 +51,10 @@ RULE_COLORS = {
     'oracle_paid': '#777777', 'fixed_n_free': '#8c6d31', 'greedy_free': '#e7969c'
 }
 RULE_DESCRIPTIONS = {
-    'gate': ('treetrm: anytime-valid sequential e-value gate on the whole pool, cap-calibrated threshold, '
-             'futility at the detectable effect, fresh-evidence probation, base arms paid once per content'),
+    'gate': ('treetrm: anytime-valid sequential e-value gate on the whole pool at alpha = 0.10, one exact McNemar '
+             'look at the ladder end (0.09; the e-process confirms early at 0.01), nothing left provisional, an edit '
+             'losing at the first fifth of its ladder rejected, futility at the detectable effect, base arms paid once '
+             'per content and inherited from accepted candidates, R drawn only where a probation reads it'),
     'gepa_engine': ('the real GEPA engine (gepa.optimize, Pareto selection, strict minibatch improvement), '
                     'treetrm evolver as proposer, same call budget'),
     'gepa': ("GEPA's acceptance inside treetrm's loop: the summed score on a 3-question minibatch strictly improves; "
@@ -71,36 +74,50 @@ RULE_DESCRIPTIONS = {
                      "ceiling of any rule whose accepts are valid at alpha from one pass of the pool"),
     'greedy_free': ("greedy validation's decisions at no price: both arms on the whole ladder drawn from the world "
                     "without a model call, accept when W > L"),
-    'gate_landed': ('the gate as landed before the acceptance-pipeline changes: snapshot probation on a 1/3 reserve, '
-                    '1/alpha, no futility, base arms per version'),
-    'gate_snapshot': 'the gate with snapshot probation on a 1/3 reserve (everything else as the gate)',
+    'gate_v1': ('the gate as it was before paying only for evidence that decides: provisional accepts '
+                '(McNemar p <= 0.2 at the ladder end) settled by fresh probation draws, a fresh R every epoch, no '
+                'inherited base arms, no futility look'),
+    'gate_probation': ('the gate with provisional accepts and fresh probation (alpha_prov = 0.2, no final look), the '
+                       'evidence economy on'),
+    'gate_no_inherit': 'the gate without inherited base arms (an accepted content pays its own base arms)',
+    'gate_fresh_r': 'the gate with a fresh R over the whole validation pool every epoch',
     'gate_no_futility': 'the gate without the minimum-effect futility',
+    'gate_a20': 'the gate at alpha = 0.20 (0.18 on the final look, 0.02 on the e-process)',
+    'gate_a05': 'the gate at alpha = 0.05 (0.045 on the final look, 0.005 on the e-process)',
+    'gate_no_looks': 'the gate without its futility look at the first fifth of the ladder',
+    'gate_a05_no_looks': 'the gate at alpha = 0.05 without its futility look',
+    'gate_landed': ('the gate as first landed: snapshot probation on a 1/3 reserve, 1/alpha, no futility, base arms '
+                    'per version, fresh R'),
+    'gate_snapshot': 'gate_probation with snapshot probation on a 1/3 reserve',
     'gate_no_calibrate': 'the gate confirming at 1/alpha instead of the cap-calibrated threshold',
-    'gate_no_reuse': 'the gate paying for base arms once per skills/prompts version',
-    'gate_keep_open': 'the gate delivering edits still on probation when training ends (open_probations=keep)',
-    'gate_final_look': ('the gate spending 0.03 of its alpha on one exact McNemar look at the ladder end '
-                        '(gate.alpha_final; the e-process confirms at the other 0.02)'),
-    'gate_a10': 'the gate confirming at alpha = 0.10 (its cap-calibrated threshold; everything else as the gate)',
-    'gate_a20': 'the gate confirming at alpha = 0.20 (its cap-calibrated threshold; everything else as the gate)',
-    'gate_end45': ('the gate without probation: one exact McNemar look at the ladder end at alpha_final = 0.045 '
-                   '(alpha_prov = 0.045, so no provisional accept is left), the e-process confirming early at 0.005'),
-    'gate_end45_nofut': 'gate_end45 without the minimum-effect futility'
+    'gate_no_reuse': 'the gate paying for base arms once per skills/prompts version (so nothing is inherited)',
+    'gate_keep_open': 'gate_probation delivering edits still on probation when training ends (open_probations=keep)',
+    'gate_final_look': ('gate_probation spending 0.03 of its alpha on one exact McNemar look at the ladder end '
+                        '(the e-process confirms at the other 0.02)'),
 }
 SNAPSHOT = dict(probation_evidence='snapshot', probation_share=1/3)
-END_LOOK = GateParams(alpha_final=0.045, alpha_prov=0.045)  # a final look that leaves no provisional accept
+PROBATION = GateParams()  # the seed's gate: provisional accepts at McNemar p <= 0.2, no final look
+END_LOOK = DEFAULT_GATE  # the default gate: a final look that leaves no provisional accept
 ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
-    'gate_landed': ('gate', SNAPSHOT | dict(futility=False, calibrate=False, reuse_base=False, open_probations='keep')),
-    'gate_snapshot': ('gate', SNAPSHOT), 'gate_no_futility': ('gate', dict(futility=False)),
+    'gate_v1': ('gate', dict(gate=PROBATION, validation_pass='fresh', inherit_base=False)),
+    'gate_probation': ('gate', dict(gate=PROBATION)), 'gate_no_inherit': ('gate', dict(inherit_base=False)),
+    'gate_fresh_r': ('gate', dict(validation_pass='fresh')), 'gate_no_futility': ('gate', dict(futility=False)),
+    'gate_a20': ('gate', dict(gate=gate_at_alpha(DEFAULT_GATE, 0.20))),
+    'gate_a05': ('gate', dict(gate=gate_at_alpha(DEFAULT_GATE, 0.05))),
+    'gate_no_looks': ('gate', dict(gate=replace(DEFAULT_GATE, futility_looks=()))),
+    'gate_a05_no_looks': ('gate', dict(gate=replace(gate_at_alpha(DEFAULT_GATE, 0.05), futility_looks=()))),
+    'gate_landed': ('gate', SNAPSHOT | dict(gate=PROBATION, futility=False, calibrate=False, reuse_base=False,
+                                            open_probations='keep', validation_pass='fresh')),
+    'gate_snapshot': ('gate', SNAPSHOT | dict(gate=PROBATION)),
     'gate_no_calibrate': ('gate', dict(calibrate=False)), 'gate_no_reuse': ('gate', dict(reuse_base=False)),
-    'gate_keep_open': ('gate', dict(open_probations='keep')),
-    'gate_final_look': ('gate', dict(gate=GateParams(alpha_final=0.03))),
-    'gate_a10': ('gate', dict(gate=GateParams(alpha=0.10))),
-    'gate_a20': ('gate', dict(gate=GateParams(alpha=0.20))),
-    'gate_end45': ('gate', dict(gate=END_LOOK)), 'gate_end45_nofut': ('gate', dict(gate=END_LOOK, futility=False))}
-for name, color in zip(ABLATIONS, ('#a6dba0', '#5aae61', '#7fbf7b', '#c2a5cf', '#9970ab', '#762a83', '#1b7837',
-                                   '#e08214', '#b35806', '#8073ac', '#2d004b')):
+    'gate_keep_open': ('gate', dict(gate=PROBATION, open_probations='keep')),
+    'gate_final_look': ('gate', dict(gate=GateParams(alpha_final=0.03)))}
+for name, color in zip(ABLATIONS, ('#762a83', '#9970ab', '#c2a5cf', '#a6dba0', '#5aae61', '#e08214', '#b35806',
+                                   '#8073ac', '#2d004b', '#7fbf7b', '#1b7837', '#d6604d', '#4393c3',
+                                   '#fdb863', '#f46d43', '#66bd63')):
     RULE_LABELS[name], RULE_COLORS[name] = name.replace('_', ' '), color
 EFFECT_BINS = (('harmful', -math.inf, -0.5), ('null', -0.5, 0.5), ('helpful', 0.5, 3.0), ('large', 3.0, math.inf))
+HARM_POINTS = 0.5  # a run is harmed when its delivered skills are worse than the seed's by more than this (points)
 
 # %% ../nbs/17b_loop_bench.ipynb #70bd91fc
 def oracle_rule(world_dir):
@@ -252,7 +269,9 @@ def proposal_bins(world:dict, decisions:list[dict], files:dict) -> dict[str, dic
 def score_files(runner:Runner, files:dict) -> dict:
     "True test accuracy (points) of skill files, and the harm they ship."
     test = runner.pool('test')
+    population = list(world_questions(runner.data_dir).values())  # every question of the world: the oracle's yardstick
     return dict(accuracy=100 * true_accuracy(runner.data_dir, files, test),
+                population_accuracy=100 * true_accuracy(runner.data_dir, files, population),
                 harmful_points=harmful_points(load_world(runner.data_dir), files, test))
 
 def timeline_files(timeline:list[tuple[int, dict]], limit:int) -> dict:
@@ -303,6 +322,8 @@ async def run_world(spec:dict, seed:int, rules, budget:int, settings:BenchSettin
         rows.append(
             dict(seed=seed, rule=rule, gain=got['accuracy'] - base['accuracy'], worse_than_seed=got['accuracy']
                  < base['accuracy'] - 1e-9, harmful_points=got['harmful_points'],
+                 worse_by_half=got['accuracy'] < base['accuracy'] - HARM_POINTS,
+                 population_gain=got['population_accuracy'] - base['population_accuracy'],
                  gain_by_budget={f'{x:g}': g
                                  for x, g in by_budget.items()}, calls=calls, bins=bins, seed_accuracy=base['accuracy'],
                  delivered_accuracy=got['accuracy'], wall_s=round(time.perf_counter() - t0, 2)))
@@ -318,6 +339,15 @@ def mean_ci(xs:list[float], level:float=0.95) -> dict:
     h = float(t_dist.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
     return dict(mean=m, ci=[m - h, m + h])
 
+def harm_measures(runs:list[dict]) -> dict:
+    "Shares of runs worse than the seed by more than HARM_POINTS (primary), at all, and on the world's population."
+    share = lambda xs: sum(xs) / len(runs)
+    return dict(p_worse_by_half=share(r['worse_by_half'] for r in runs),
+                p_worse_population=share(r['population_gain'] < -1e-9 for r in runs),
+                population_gain=mean_ci([r['population_gain'] for r in runs]),
+                worse_runs=[dict(seed=r['seed'], worse_by_half=r['worse_by_half'], population_gain=r['population_gain'])
+                            for r in runs if r['worse_than_seed'] or r['population_gain'] < -1e-9])
+
 def rule_summary(runs:list[dict], oracle:dict[int, float]|None) -> dict:
     "One rule in one cell, over its world seeds."
     gains = [r['gain'] for r in runs]
@@ -332,8 +362,11 @@ def rule_summary(runs:list[dict], oracle:dict[int, float]|None) -> dict:
                         for x in runs[0]['gain_by_budget']}, wall_s=sum(r['wall_s'] for r in runs), runs=[
                             dict(seed=r['seed'], gain=r['gain'], worse_than_seed=r['worse_than_seed'],
                                  harmful_points=r['harmful_points'], gain_by_budget=r['gain_by_budget'],
-                                 calls=r['calls'], wall_s=r['wall_s']) for r in runs
+                                 calls=r['calls'], wall_s=r['wall_s'])
+                            | {k: r[k] for k in ('worse_by_half', 'population_gain') if k in r} for r in runs
                         ])
+    if all('worse_by_half' in r for r in runs):  # the harm measures (rows of grids run before them lack them)
+        out |= harm_measures(runs)
     bins = [r['bins'] for r in runs if r['bins']]
     if bins:
         out['acceptance_by_effect'] = {
@@ -502,6 +535,8 @@ def grid_bar(cells:list[dict], # the cells of a grid summary
         mine = [c for c in cells if val_units(c['world']) == size and rule in c['rules']]
         if not mine: continue
         worse = [round(c['rules'][rule]['p_worse_than_seed'] * len(c['seeds'])) for c in mine]
+        half = [round(c['rules'][rule].get('p_worse_by_half', math.nan) * len(c['seeds'])) for c in mine
+                if 'p_worse_by_half' in c['rules'][rule]]  # the primary harm measure (grids since it exist)
         gain = lambda c, r: c['rules'][r]['gain']['mean']
         best = [max((r for r in BAR_RULES if r in c['rules']), key=lambda r: gain(c, r), default=None) for c in mine]
         at_least = [b is not None and gain(c, rule) >= gain(c, b) for c, b in zip(mine, best)]
@@ -511,6 +546,8 @@ def grid_bar(cells:list[dict], # the cells of a grid summary
         bars = {m: [r for r in BAR_RULES if all(r in c['rules'] for c in cs)] for m, cs in mixtures.items()}
         out[size] = dict(
             cells=len(mine), runs=sum(len(c['seeds']) for c in mine), worse=sum(worse),
+            worse_by_half=sum(half) if len(half) == len(mine) else None,
+            worst_cell_worse_by_half=max(half) if len(half) == len(mine) else None,
             p_worse=sum(worse) / sum(len(c['seeds']) for c in mine), worst_cell_worse=max(worse),
             cells_at_least_best=sum(at_least), best_bar_rule=best, mixtures=len(mixtures),
             mixtures_at_least_best=sum(bool(bars[m]) and pooled(cs, rule) >= max(pooled(cs, r) for r in bars[m])
@@ -532,8 +569,11 @@ def pooled_rows(cells:list[dict]) -> list[dict]:
             if not seeds: continue
             g = mean_ci([sum(r[s]['gain'] for r in runs) / len(runs) for s in seeds])
             worse = sum(r[s]['worse_than_seed'] for r in runs for s in seeds)
+            half = all('worse_by_half' in r[s] for r in runs for s in seeds)
+            worse_half = sum(r[s]['worse_by_half'] for r in runs for s in seeds) if half else None
             rows.append(dict(units=size, rule=rule, gain=g['mean'], gain_lo=g['ci'][0], gain_hi=g['ci'][1],
-                             worse=worse, runs=len(seeds) * len(mine), p_worse=worse / (len(seeds) * len(mine))))
+                             worse=worse, runs=len(seeds) * len(mine), p_worse=worse / (len(seeds) * len(mine)),
+                             worse_by_half=worse_half))
         oracle = next((r['gain'] for r in rows if r['rule'] == 'oracle'), None)
         out += [r | dict(share_of_oracle=r['gain'] / oracle if oracle and oracle > 0 else None) for r in rows]
     return out
@@ -609,7 +649,9 @@ def loop_table(summary:dict) -> pl.DataFrame:
     "One row per (cell, rule): gain and interval, P(worse than seed), harm shipped, regret, calls."
     rows = [
         dict(cell=i, world=_cell_title(c), rule=rule, gain=v['gain']['mean'], gain_lo=v['gain']['ci'][0],
-             gain_hi=v['gain']['ci'][1], p_worse_than_seed=v['p_worse_than_seed'], harmful_points=v['harmful_points'],
+             gain_hi=v['gain']['ci'][1], p_worse_by_half=v.get('p_worse_by_half'),
+             p_worse_than_seed=v['p_worse_than_seed'], p_worse_population=v.get('p_worse_population'),
+             harmful_points=v['harmful_points'],
              regret=v['regret'], **{f'{k}_calls': n
                                     for k, n in v['calls'].items()}) for i, c in enumerate(summary['cells'])
         for rule, v in c['rules'].items()
@@ -642,7 +684,9 @@ def show_loop_bench(summary:dict):
 def bar_table(summary:dict) -> pl.DataFrame:
     "The acceptance bar (`grid_bar`) of the gate and its ablations, a row per (rule, validation size)."
     return pl.DataFrame([
-        dict(rule=rule, units=size, runs=b['runs'], worse=b['worse'], worst_cell_worse=b['worst_cell_worse'],
+        dict(rule=rule, units=size, runs=b['runs'], worse_by_half=b.get('worse_by_half'),
+             worst_cell_worse_by_half=b.get('worst_cell_worse_by_half'), worse=b['worse'],
+             worst_cell_worse=b['worst_cell_worse'],
              cells_at_least_best=f"{b['cells_at_least_best']}/{b['cells']}",
              mixtures_at_least_best=f"{b['mixtures_at_least_best']}/{b['mixtures']}",
              share_of_oracle=None if b['share_of_oracle'] is None else round(b['share_of_oracle'], 3))

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import io, math, re
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 import numpy as np
 import polars as pl
@@ -22,13 +22,14 @@ from .log import HarnessLog
 
 # %% auto #0
 __all__ = ['PAPER_RC', 'DECISION_COLORS', 'TYPE_PALETTE', 'FIGURE_FORMATS', 'FIGURE_DPI', 'SVG_HASH_SALT', 'FIXED_METADATA',
-           'MAGIC', 'GATE_COLUMNS', 'OK_STATUSES', 'ROLE_ORDER', 'EPOCH_COLUMNS', 'INLINE_DPI', 'paper_style',
-           'decision_color', 'type_colors', 'new_figure', 'finish_figure', 'freeze_layout', 'figure_bytes',
-           'save_figure', 'shadow_columns', 'gate_table', 'e_value_trajectories', 'decision_handles', 'plot_e_values',
-           'cost_table', 'ClusteredMean', 'clustered_mean', 'pool_frame', 'run_correct', 'accuracy_by_type',
-           'paired_comparison', 'before_after', 'plot_before_after', 'decision_timeline', 'plot_decision_timeline',
-           'epoch_frame', 'plot_accuracy_curves', 'step_report', 'epoch_report', 'decision_counts', 'shadow_agreement',
-           'final_report', 'show_report', 'save_report']
+           'MAGIC', 'GATE_COLUMNS', 'OK_STATUSES', 'ROLE_ORDER', 'ACCURACY_LIMITS', 'EPOCH_COLUMNS', 'INLINE_DPI',
+           'paper_style', 'decision_color', 'type_colors', 'new_figure', 'finish_figure', 'freeze_layout',
+           'figure_bytes', 'save_figure', 'shadow_columns', 'gate_table', 'e_value_trajectories', 'decision_handles',
+           'confirming_lines', 'fit_side_legends', 'plot_e_values', 'cost_table', 'ClusteredMean', 'clustered_mean',
+           'wilson_interval', 'design_effect', 'clustered_proportion', 'pool_frame', 'run_correct', 'accuracy_by_type',
+           'paired_comparison', 'before_after', 'row_labels', 'plot_before_after', 'decision_timeline',
+           'plot_decision_timeline', 'epoch_frame', 'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report',
+           'decision_counts', 'shadow_agreement', 'final_report', 'show_report', 'save_report']
 
 # %% ../nbs/16_report.ipynb #4b20ee75
 PAPER_RC = {'font.size': 9, 'axes.titlesize': 10, 'axes.labelsize': 9, 'xtick.labelsize': 8, 'ytick.labelsize': 8,
@@ -185,6 +186,26 @@ def decision_handles(decisions) -> list[Line2D]:
     "Legend handles: one coloured dot per distinct decision, in first-seen order."
     return [Line2D([], [], ls='', marker='o', color=decision_color(d), label=d) for d in dict.fromkeys(decisions)]
 
+def confirming_lines(levels:dict, # task type -> its confirming level
+                     colors:dict, # task type -> colour
+                     alpha:float) -> list[tuple[float, str, str]]:
+    "(level, colour, label) once per distinct level (3 significant digits); 1/alpha in black when `levels` is empty."
+    if not levels: return [(1 / alpha, 'k', f'1/α = {1/alpha:g}')]
+    users = {}
+    for tt, level in levels.items(): users.setdefault(f'{level:.3g}', []).append(tt)
+    return [(float(key), colors[tts[0]] if len(tts) == 1 else 'k', f'confirm at {key}') for key, tts in users.items()]
+
+def fit_side_legends(fig:Figure, ax, legends:list, gap:float=0.15) -> Figure:
+    "Lay `fig` out with `legends` stacked right of `ax`: room kept for them, the figure taller where they need it."
+    for lg in legends: lg.set_in_layout(False)  # tight layout would take a legend's overhang for a fixed margin
+    finish_figure(fig)
+    width = max(lg.get_window_extent().width for lg in legends) / fig.dpi + gap  # inches
+    need = sum(lg.get_window_extent().height for lg in legends) / fig.dpi + gap
+    fig.set_figheight(fig.get_figheight() + max(0.0, need - ax.get_window_extent().height / fig.dpi))
+    fig.tight_layout(rect=(0, 0, max(0.4, 1 - width / fig.get_figwidth()), 1))
+    for lg in legends: lg.set_in_layout(True)  # saving with bbox_inches='tight' keeps only artists in the layout
+    return fig
+
 def plot_e_values(
     traj: pl.DataFrame,  # from `e_value_trajectories`
     alpha: float = 0.05,  # the gate's alpha: confirmation needs E⁺ >= 1/alpha
@@ -201,19 +222,17 @@ def plot_e_values(
             finals.append(last['decision'])
             ax.scatter([last['n_used']], [last['e_value']], s=36, color=decision_color(last['decision']), edgecolor='k',
                        lw=0.5, zorder=3)
-        levels = {tt: c for tt, c in (thresholds or {}).items() if tt in colors}
-        for tt, level in levels.items():
-            ax.axhline(level, color=colors[tt], ls='--', lw=0.8, label=f'confirm at {level:.3g}')
-        if not levels: ax.axhline(1 / alpha, color='k', ls='--', lw=0.8, label=f'1/α = {1/alpha:g}')
-        top = max(levels.values(), default=1 / alpha)
+        lines = confirming_lines({tt: c for tt, c in (thresholds or {}).items() if tt in colors}, colors, alpha)
+        for level, color, label in lines: ax.axhline(level, color=color, ls='--', lw=0.8, label=label)
+        top = max(level for level, _, _ in lines)
         ax.set_yscale('log')
         ax.set_ylim(top=max(ax.get_ylim()[1], 2 * top))  # the confirming line never sits on the frame
         ax.set(xlabel='units used (ladder order)', ylabel='E⁺ (log scale)', title=title or 'Gate evidence')
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.add_artist(
-            ax.legend(handles=decision_handles(finals), loc='lower left', bbox_to_anchor=(1.01, 0), title='decision'))
-        ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1))
-        return finish_figure(fig)
+        decided = ax.legend(handles=decision_handles(finals), loc='lower left', bbox_to_anchor=(1.01, 0),
+                            title='decision')
+        ax.add_artist(decided)
+        return fit_side_legends(fig, ax, [decided, ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1))])
 
 # %% ../nbs/16_report.ipynb #89a6118e
 OK_STATUSES = ('ok', 'cache_hit')
@@ -275,6 +294,33 @@ def clustered_mean(values, # numbers, e.g. 0/1 correctness
     half = float(stats.t.ppf(0.5 + level/2, g - 1)) * se
     return ClusteredMean(p, se, max(bounds[0], p - half), min(bounds[1], p + half), len(y), g)
 
+# %% ../nbs/16_report.ipynb #6bc6f7b8
+def wilson_interval(p:float, # the observed proportion
+                    n:float, # the (effective) number of observations
+                    z:float # the quantile, e.g. 1.96
+                   ) -> tuple[float, float]:
+    "Wilson's score interval for a proportion `p` seen on `n` observations."
+    shrink = 1 + z*z/n
+    centre = (p + z*z/(2*n)) / shrink
+    half = z / shrink * math.sqrt(p*(1 - p)/n + z*z/(4*n*n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+def design_effect(c:ClusteredMean) -> float:
+    "Clustered over binomial variance of `c`'s proportion (at least 1); the mean cluster size where it has no estimate."
+    if c.n_clusters < 2 or c.mean in (0.0, 1.0): return c.n / c.n_clusters
+    return max(1.0, c.se**2 * c.n / (c.mean * (1 - c.mean)))
+
+def clustered_proportion(values, # 0/1 outcomes, e.g. correctness
+                         clusters, # cluster label of each value, e.g. its video id
+                         level:float=0.95 # interval coverage
+                        ) -> ClusteredMean:
+    "The proportion of `values` with Wilson's interval on n / design effect (t quantile on G−1 df, at least 1)."
+    c = clustered_mean(values, clusters, level)
+    if c.n == 0: return c
+    z = float(stats.t.ppf(0.5 + level/2, max(c.n_clusters - 1, 1)))
+    low, high = wilson_interval(c.mean, c.n / design_effect(c), z)
+    return replace(c, low=low, high=high)
+
 # %% ../nbs/16_report.ipynb #401944eb
 def pool_frame(questions # list of Question, or a frame with question_id, video_id, task_type
               ) -> pl.DataFrame:
@@ -298,7 +344,7 @@ def run_correct(log:HarnessLog, run_id:str) -> pl.DataFrame:
 # %% ../nbs/16_report.ipynb #a5894696
 def _accuracy_row(task_type:str, g:pl.DataFrame, level:float) -> dict:
     s = g.filter(pl.col('correct').is_not_null())
-    c = clustered_mean(s['correct'].cast(pl.Float64).to_numpy(), s['video_id'].to_list(), level)
+    c = clustered_proportion(s['correct'].cast(pl.Float64).to_numpy(), s['video_id'].to_list(), level)
     return dict(task_type=task_type, n_questions=g.height, n_missing=g.height - s.height, n_videos=c.n_clusters,
                 correct=int(s['correct'].sum()), accuracy=c.mean, se=c.se, ci_low=c.low, ci_high=c.high)
 
@@ -351,8 +397,15 @@ def before_after(log:HarnessLog, run_before:str, run_after:str, questions, level
     out = out.rename({c: f'{c}_before' for c in cols[1:]})
     return out.with_columns(change=pl.col('accuracy_after') - pl.col('accuracy_before'))
 
+ACCURACY_LIMITS = (-0.04, 1.04) # the accuracy axis: markers at 0 or 1 stay whole inside the frame
+
+def row_labels(ba:pl.DataFrame) -> list[str]:
+    "Task type names with their question counts, e.g. 'Counting Problem (n=24)'."
+    return [f'{t} (n={n})' for t, n in ba.select('task_type', 'n_questions_before').rows()]
+
 def plot_before_after(ba:pl.DataFrame, # from `before_after`
-                      labels:tuple=('before', 'after'), title:str|None=None) -> Figure:
+                      labels:tuple=('before', 'after'), # legend names of the two, e.g. ('seed skills', 'skills v4')
+                      title:str|None=None) -> Figure:
     "Accuracy per task type before and after, with their clustered intervals."
     with paper_style():
         fig, ax = new_figure(5.5, 0.35*ba.height + 1.2)
@@ -360,8 +413,9 @@ def plot_before_after(ba:pl.DataFrame, # from `before_after`
         for off, arm, color, label in ((0.15, 'before', '#9e9e9e', labels[0]), (-0.15, 'after', '#1f4e79', labels[1])):
             acc, lo, hi = (ba[f'{c}_{arm}'].to_numpy().astype(float) for c in ('accuracy', 'ci_low', 'ci_high'))
             ax.errorbar(acc, y + off, xerr=[acc - lo, hi - acc], fmt='o', color=color, label=label, capsize=2, lw=1)
-        ax.set_yticks(y, ba['task_type'].to_list())
-        ax.set_xlim(0, 1)
+        ax.set_yticks(y, row_labels(ba))
+        ax.set_xlim(*ACCURACY_LIMITS)
+        ax.set_xticks(np.linspace(0, 1, 6))
         ax.set(xlabel='accuracy (95% interval clustered by video)', title=title or 'Accuracy by task type')
         ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1))
         return finish_figure(fig)
@@ -405,6 +459,11 @@ def epoch_frame(epochs) -> pl.DataFrame:
         epochs = epochs.with_columns(best_accuracy=pl.col('validation_accuracy').cum_max())
     return epochs
 
+def best_steps(e:pl.DataFrame) -> tuple[list, list]:
+    "The best-R step line's points: each epoch's level, the last one held half an epoch further."
+    x, y = e['epoch'].to_list(), e['best_accuracy'].to_list()
+    return x + [v + 0.5 for v in x[-1:]], y + y[-1:]
+
 def plot_accuracy_curves(epochs:pl.DataFrame, title:str|None=None) -> Figure:
     "Rollout accuracy, full-validation accuracy R and the best R against the epoch."
     e = epoch_frame(epochs)
@@ -412,8 +471,9 @@ def plot_accuracy_curves(epochs:pl.DataFrame, title:str|None=None) -> Figure:
         fig, ax = new_figure(4.5, 3.0)
         ax.plot(e['epoch'], e['rollout_accuracy'], marker='o', color='#9e9e9e', label='rollout (mini-batches)')
         ax.plot(e['epoch'], e['validation_accuracy'], marker='o', color='#1f4e79', label='validation R')
-        ax.step(e['epoch'], e['best_accuracy'], where='post', color='#1b7837', ls='--', label='best R')
+        ax.step(*best_steps(e), where='post', color='#1b7837', ls='--', label='best R')
         ax.set_xticks(e['epoch'].to_list())
+        if e.height: ax.set_xlim(e['epoch'].min() - 0.5, e['epoch'].max() + 0.5)
         ax.set(xlabel='epoch', ylabel='accuracy', title=title or 'Accuracy over epochs')
         ax.legend()
         return finish_figure(fig)
@@ -425,14 +485,15 @@ def step_report(log:HarnessLog, # the harness log
                 alpha:float=0.05, # the gate's alpha, for the 1/α line
                 tau:float=0.05, # GateParams.tau, for δ shrunk
                 cost_runs:str|list|None=None, # runs whose calls count as cost so far; None = all
-                thresholds:dict|None=None # task type -> the confirming level its gate used; None: 1/alpha
+                thresholds:dict|None=None, # task type -> the confirming level its gate used; None: 1/alpha
+                title:str|None=None # the e-value figure's title; None: 'Gate <gate_id>: evidence per task type'
                ) -> dict:
     "Gate table, e-value trajectory figure and cost so far for one training step."
+    traj = e_value_trajectories(log, run_id, gate_id)
     return {
         'gate_table': gate_table(log, run_id, gate_id, tau),
-        'e_values': plot_e_values(e_value_trajectories(log, run_id,
-                                                       gate_id), alpha, title=f'Gate {gate_id}: evidence per task type',
-                                  thresholds=thresholds), 'cost': cost_table(log, cost_runs)
+        'e_values': plot_e_values(traj, alpha, title or f'Gate {gate_id}: evidence per task type', thresholds),
+        'cost': cost_table(log, cost_runs)
     }
 
 # %% ../nbs/16_report.ipynb #c57de2b4
@@ -444,12 +505,15 @@ def epoch_report(log:HarnessLog, # the harness log
                  run_after:str, # run id of this epoch's evaluation (R)
                  level:float=0.95, # interval coverage
                  tau:float=0.05, # GateParams.tau, for δ shrunk
-                 cost_runs:str|list|None=None # runs whose calls count; None = all
+                 cost_runs:str|list|None=None, # runs whose calls count; None = all
+                 labels:tuple=('before', 'after'), # legend names of the two runs' skills, e.g. ('seed skills', 'v4')
+                 pool:str='validation pool' # the pool's name in the before/after title
                 ) -> dict:
     "Accuracy curves, per-type before/after with clustered intervals, decision timeline and cost by role."
     ba, tl = before_after(log, run_before, run_after, questions, level), decision_timeline(log, run_id, tau)
+    ba_figure = plot_before_after(ba, labels, title=f'Accuracy by task type, {pool}')
     return {'epochs': epoch_frame(epochs), 'accuracy_curves': plot_accuracy_curves(epochs),
-            'before_after': ba, 'before_after_figure': plot_before_after(ba, labels=(run_before, run_after)),
+            'before_after': ba, 'before_after_figure': ba_figure,
             'decision_timeline': tl, 'timeline_figure': plot_decision_timeline(tl), 'cost': cost_table(log, cost_runs)}
 
 # %% ../nbs/16_report.ipynb #c6c48360
@@ -483,9 +547,12 @@ def final_report(log:HarnessLog, # the harness log
                  questions, # the test pool
                  baseline_run:str, # the seed skills evaluated on the test pool
                  final_run:str, # the delivered (best) skills evaluated on the test pool
-                 level:float=0.95, tau:float=0.05, cost_runs:str|list|None=None) -> dict:
+                 level:float=0.95, tau:float=0.05, cost_runs:str|list|None=None,
+                 labels:tuple=('seed skills', 'delivered skills') # legend names of the two runs
+                ) -> dict:
     "The epoch report on the test pool, plus the paired comparison, decision counts and shadow-rule agreement."
-    rep = epoch_report(log, run_id, epochs, questions, baseline_run, final_run, level, tau, cost_runs)
+    rep = epoch_report(log, run_id, epochs, questions, baseline_run, final_run, level, tau, cost_runs, labels,
+                       'test pool')
     return {
         **rep, 'paired_comparison': paired_comparison(log, baseline_run, final_run, questions, level),
         'decision_counts': decision_counts(rep['decision_timeline']),

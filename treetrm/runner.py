@@ -4,14 +4,16 @@
 
 # %% ../nbs/17_runner.ipynb #03a4b3f3
 from __future__ import annotations
-import difflib, os, shutil, tempfile, uuid
+import difflib, importlib.metadata, os, platform, shutil, subprocess, sys, tempfile, uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlparse
 import polars as pl
 from fastcore.basics import patch
 from .core import (ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes, CallBudget,
-                          BudgetError)
+                          BudgetError, package_dir, sha256_file)
+from .llm_config import RoleConfig
 from .skills import load_manifest
 from .log import FINAL_TEST, check_run_id, gate_id
 from .inference import answer_health
@@ -20,13 +22,14 @@ from .checkpoint import TrainState, save_checkpoint, load_checkpoint
 from .calls import call_budget
 from .workspace import Workspace, BASELINE_RUN
 from .acceptance import ACCEPTANCE
-from .train_run import TrainRun, open_train_run, initial_state, role_usage
+from .train_run import TrainRun, open_train_run, initial_state, role_usage, shown_usage
 from .train_loop import (train_step, all_on_trial, end_steps_on_trial, slow_update, settle_on_paid_pairs,
                                 final_phase, budget_spent, decision_entry, with_decision, delivery_files)
-from . import report
+from . import report, __version__
 
 # %% auto #0
-__all__ = ['Runner', 'TrainResult', 'skills_diff']
+__all__ = ['RESULT_PACKAGES', 'TEST_LOOK_KINDS', 'Runner', 'TrainResult', 'finished_note', 'progress_plan', 'package_versions',
+           'git_state', 'role_provenance', 'skills_diff']
 
 # %% ../nbs/17_runner.ipynb #de836d53
 class Runner(Workspace):
@@ -37,7 +40,7 @@ class Runner(Workspace):
 def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFrame:
     "Forecast (and, given the run, actual) calls, tokens and cost per role."
     actual = role_usage(self.log, self._run_ids(rid)) if rid else {}
-    rows = [{'role': role, **{f'forecast_{k}': v for k, v in f.items()},
+    rows = [{'role': role, **{f'forecast_{k}': v for k, v in shown_usage(f).items()},
              **({f'actual_{k}': actual.get(role, {}).get(k, 0) for k in f} if rid else {})}
             for role, f in forecast['roles'].items()]
     return pl.DataFrame(rows)
@@ -67,21 +70,34 @@ def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
     mine = _decisions_frame([d for d in state.decisions if d['gate_id'] == gate_id])
     has_gate = self.log.query('SELECT count(*) FROM gate_evidence WHERE run_id = ? AND gate_id = ?',
                               (run.rid, gate_id)).item()
+    title = f'Epoch {state.epoch}, step {state.step}: gate evidence per task type'
     rep = report.step_report(self.log, run.rid, gate_id, run.config.gate.alpha, run.config.gate.tau,
                              cost_runs=self._run_ids(run.rid),
-                             thresholds=run.thresholds()) if has_gate else {}
+                             thresholds=run.thresholds(), title=title) if has_gate else {}
     self._show(run, {'decisions': mine, **rep}, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
+
+def _epoch_labels(run:TrainRun, e:dict) -> tuple[str, str]:
+    "Legend names of an epoch report's two validation runs: the skills the epoch started from, and ended with."
+    if e['previous_run'] == BASELINE_RUN: before = 'seed skills'
+    elif e['epoch'] == 1: before = f'start skills ({run.start})'
+    else: before = f'end of epoch {e["epoch"] - 1}'
+    return before, f'end of epoch {e["epoch"]}'
 
 @patch
 def _report_epoch(self:Runner, run:TrainRun, state:TrainState):
     "The epoch report of the epoch just ended."
     e = state.epochs[-1]
+    if e['validation_run'] is None:  # no fresh R (validation_pass='consumed'): the curves, no runs to compare
+        curves = [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0,
+                       validation_accuracy=x['validation_accuracy']) for x in state.epochs]
+        rep = {'epochs': report.epoch_frame(curves), 'accuracy_curves': report.plot_accuracy_curves(curves)}
+        return self._show(run, rep, f'{run.run_id} · epoch {e["epoch"]}', f'epoch{e["epoch"]}_')
     rep = report.epoch_report(self.log, run.rid,
                               [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0,
                                     validation_accuracy=x['validation_accuracy'])
                                                for x in state.epochs], run.val, e['previous_run'],
                                                e['validation_run'], tau=run.config.gate.tau,
-                              cost_runs=self._run_ids(run.rid))
+                              cost_runs=self._run_ids(run.rid), labels=_epoch_labels(run, e))
     self._show(run, rep, f'{run.run_id} · epoch {e["epoch"]}', f'epoch{e["epoch"]}_')
 
 @patch
@@ -92,7 +108,8 @@ def final_report(self:Runner, result) -> dict:
                    validation_accuracy=x['validation_accuracy']) for x in m['epochs']]
     rep = report.final_report(self.log, rid, epochs, self.pool('test'), m['test']['seed_run'],
                               m['test']['delivered_run'],
-                              cost_runs=self._run_ids(rid))
+                              cost_runs=self._run_ids(rid),
+                              labels=('seed skills', f'delivered skills ({m["delivered_version"]})'))
     return rep | {'forecast_vs_actual': self.forecast_table(m['forecast'], rid),
                   'decision_log': _decisions_frame(result.state.decisions)}
 
@@ -106,6 +123,13 @@ class TrainResult:
     metrics: dict # metrics.json
     path: Path # the run folder
     resumed_finished: bool = False # the run had already finished; nothing was retrained
+
+def finished_note(log, run_id:str, rid:str) -> str:
+    "What a call to train a finished run says: when it finished, that its results are shown, how to train it again."
+    row = log.get_run(rid)
+    when = (row.finished_at or '?')[:16].replace('T', ' ') if row is not None else '?'
+    return (f'run {run_id} finished on {when} UTC; showing its results (nothing was retrained; '
+            f'fresh=True trains it again)')
 
 @patch
 async def _advance(self:Runner, run:TrainRun, state:TrainState) -> TrainState:
@@ -153,6 +177,18 @@ def run_health(self:Runner, run_id:str) -> str|None:
     sql = 'SELECT stop_reason, COUNT(*) FROM predictions WHERE run_id = ? GROUP BY stop_reason'
     return answer_health(run_id, dict(self.log.query(sql, (run_id,)).iter_rows()))
 
+def progress_plan(config:TrainConfig, # the run's settings
+                  state:TrainState # holds the epoch's batch plan and the forecast
+                 ) -> tuple[str, int]:
+    "(unit, total) of the training bar: model calls when the hard budget ends the run before its forecast, else steps."
+    forecast_calls = sum(r['calls'] for r in state.forecast.get('roles', {}).values())
+    if config.max_calls is not None and forecast_calls > config.max_calls: return 'call', config.max_calls
+    return 'step', config.epochs * len(state.batches)
+
+def _bar_position(unit:str, state:TrainState, budget:CallBudget) -> int:
+    "Where the training bar stands: calls spent or steps done."
+    return budget.used if unit == 'call' else state.global_step
+
 @patch
 async def train(self:Runner, run_id:str='v1', # the training run; the same id resumes it
                 *, epochs:int|None=None, # overrides config.epochs
@@ -174,6 +210,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
     run = open_train_run(self, run_id, cfg, self.resolve_version(start), fresh, show, on_event)
     state = load_checkpoint(run.checkpoint, expect_structural=run.parts)
     if state is not None and state.phase == 'done':
+        print(finished_note(self.log, run_id, run.rid))
         return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir, True)
     self.log.start_run(run.rid, 'train', params=run.parts)
     if state is None:
@@ -184,11 +221,13 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
                            f'{run_id} · forecast for {cfg.epochs} epochs (gates at their ladder caps: an upper bound)')
     from tqdm.auto import tqdm
     budget = CallBudget(cfg.max_calls, used=self.training_calls(run.rid))
-    with tqdm(desc=f'train {run_id}', unit='step', disable=not self.progress, initial=state.global_step) as bar:
+    unit, total = progress_plan(cfg, state)
+    with tqdm(desc=f'train {run_id}', unit=unit, total=total, disable=not self.progress,
+              initial=_bar_position(unit, state, budget)) as bar:
         while state.phase != 'done':
             state = await self._advance_within(run, state, budget)
             self._save(run, state, budget)
-            bar.n = state.global_step
+            bar.n = _bar_position(unit, state, budget)
             bar.set_postfix(epoch=state.epoch, phase=state.phase, best=f'{state.best_accuracy:.3f}')
             bar.refresh()
     self.log.finish_run(run.rid)
@@ -200,6 +239,74 @@ async def final_test(self:Runner, skills_version:str='best', run_id:str|None=Non
     "Evaluate a version once on the test pool; its paired comparison with the seed skills' baseline answers."
     res = await self.eval(skills_version, 'test', run_id)
     return report.paired_comparison(self.log, BASELINE_RUN, res.run_id, self.pool('test'))
+
+# %% ../nbs/17_runner.ipynb #9f87a34f
+RESULT_PACKAGES = ('openai', 'gepa', 'polars', 'numpy', 'scipy', 'bm25s', 'json-repair', 'pyyaml', 'matplotlib')
+
+def package_versions(names=RESULT_PACKAGES # distribution names
+                    ) -> dict[str, str]:
+    "name -> installed version of each package in `names` that is installed."
+    out = {}
+    for name in names:
+        try: out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError: continue
+    return out
+
+def _git(folder:Path, *args) -> str|None:
+    "What `git <args>` prints in `folder`; None when git is missing or fails there."
+    try: done = subprocess.run(['git', *args], cwd=folder, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError): return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+def git_state(folder:str|Path # the top folder of a checkout, e.g. the package's parent
+             ) -> dict|None:
+    "The commit of the git checkout whose top is `folder`, and whether its tree was dirty; None when there is none."
+    top = _git(Path(folder), 'rev-parse', '--show-toplevel')
+    if top is None or Path(top).resolve() != Path(folder).resolve(): return None
+    status = _git(Path(folder), 'status', '--porcelain')
+    return dict(commit=_git(Path(folder), 'rev-parse', 'HEAD'), dirty=None if status is None else bool(status))
+
+# %% ../nbs/17_runner.ipynb #6b1495b7
+def _endpoint_host(base_url:str) -> str|None:
+    "host[:port] of an endpoint, without any user or password written into the URL."
+    url = urlparse(base_url)
+    if url.port is None: return url.hostname
+    return f'{url.hostname}:{url.port}'
+
+def role_provenance(provider, # a role's provider, as the runner holds it
+                    backend:str # the runner's backend, the kind of a provider without endpoint settings
+                   ) -> dict:
+    "A role's model, endpoint host and provider kind; never its key."
+    config = getattr(getattr(provider, 'inner', provider), 'config', None)
+    if not isinstance(config, RoleConfig): return dict(model=provider.model, base_url_host=None, provider_kind=backend)
+    return dict(model=config.model, base_url_host=_endpoint_host(config.base_url), provider_kind=config.kind)
+
+# %% ../nbs/17_runner.ipynb #fb086980
+TEST_LOOK_KINDS = ('final_test', 'eval') # run kinds that may answer test-pool questions with chosen skills
+
+@patch
+def test_looks(self:Runner) -> list[str]:
+    "The runs that answered test-pool questions: every final test, and every evaluation on the test pool."
+    test = [q.question_id for q in self.pool('test')]
+    sql = 'SELECT DISTINCT p.run_id, p.question_id FROM predictions p JOIN runs r USING (run_id) WHERE r.kind IN (?, ?)'
+    answered = self.log.query(sql, TEST_LOOK_KINDS).filter(pl.col('question_id').is_in(test))
+    return sorted(answered['run_id'].unique().to_list())
+
+@patch
+def world_sha256(self:Runner) -> str|None:
+    "sha256 of the sim world's `world.json` (its planted rules and its files' fingerprint); None off the sim backend."
+    world = self.data_dir/'world.json'
+    return sha256_file(world) if self.backend == 'sim' and world.exists() else None
+
+@patch
+def provenance(self:Runner, structural:dict # a run's frozen structural parts: its config, gate, seed, data hashes
+              ) -> dict:
+    "What decided a run's results: code, packages, role endpoints (no keys), configuration, world, test-pool looks."
+    looks = self.test_looks()
+    return dict(treetrm=__version__, git=git_state(package_dir().parent), python=platform.python_version(),
+                packages=package_versions(), backend=self.backend,
+                roles={role: role_provenance(p, self.backend) for role, p in sorted(self.providers.items())},
+                config=structural, world_sha256=self.world_sha256(), test_looks=len(looks), test_look_runs=looks)
 
 # %% ../nbs/17_runner.ipynb #fe96dd92
 def skills_diff(seed:dict[str,str], delivered:dict[str,str]) -> str:
@@ -235,30 +342,42 @@ def _final_figures(self:Runner, result) -> dict[str, bytes]:
         report.save_report(self.final_report(result), t, prefix='final_')
         return {p.name: p.read_bytes() for p in sorted(Path(t).iterdir()) if p.is_file()}
 
+def _json_bytes(obj) -> bytes:
+    "Canonical, indented JSON as a file's bytes."
+    return (canonical_json(obj, indent=2) + '\n').encode()
+
+def _report_folder(name:str) -> str:
+    "The artifact folder of a rendered report file: `tables/` for CSV, `figures/` for the rest."
+    return 'tables' if name.endswith('.csv') else 'figures'
+
+@patch
+def _artifact_files(self:Runner, run_id:str, d:Path, m:dict, s:TrainState) -> dict[str, bytes]:
+    "Relative path -> bytes of every file of a finished run's artifact but its manifest."
+    seed = self.skills.read_files(self.resolve_version('seed'))
+    delivered = self.skills.read_files(m['delivered_version'])
+    files = {f'skills/{n}': t.encode() for n, t in delivered.items()} | {
+        'skills.diff': skills_diff(seed, delivered).encode(),
+        'metrics.json': _json_bytes(m),
+        'decisions.jsonl': ''.join(canonical_json(x) + '\n' for x in s.decisions).encode(),
+        'config.json': _json_bytes(s.structural),
+        'provenance.json': _json_bytes(self.provenance(s.structural)),
+        'tables/decisions.csv': _decisions_frame(s.decisions).write_csv().encode()}
+    files |= {f'figures/{p.name}': p.read_bytes() for p in sorted((d/'figures').glob('*')) if p.is_file()}
+    rendered = self._final_figures(TrainResult(run_id, m['internal_run_id'], s, m, d))
+    return files | {f'{_report_folder(k)}/{k}': v for k, v in rendered.items()}
+
 @patch
 def export(self:Runner, run_id:str, # a finished training run
            out:str|Path, # the artifact folder (created)
            overwrite:bool=False # replace an existing non-empty folder
           ) -> Path:
-    "One folder with a run's delivered skills, their diff against the seed, metrics, figures, decision log and config."
+    "One folder with a run's delivered skills and diff, metrics, figures, tables, decision log, config and provenance."
     d, m, s = _finished_run(self, run_id)
-    seed = self.skills.read_files(self.resolve_version('seed'))
-    delivered = self.skills.read_files(m['delivered_version'])
-    dec = _decisions_frame(s.decisions)
-    files = {f'skills/{n}': t.encode() for n, t in delivered.items()} | {
-        'skills.diff': skills_diff(seed, delivered).encode(),
-        'metrics.json': (canonical_json(m, indent=2) + '\n').encode(),
-        'decisions.csv': dec.write_csv().encode(),
-        'decisions.jsonl': ''.join(canonical_json(x) + '\n' for x in s.decisions).encode(),
-        'config.json': (canonical_json(s.structural, indent=2) + '\n').encode()}
-    files |= {f'figures/{p.name}': p.read_bytes() for p in sorted((d/'figures').glob('*')) if p.is_file()}
-    figures = self._final_figures(TrainResult(run_id, m['internal_run_id'], s, m, d))
-    files |= {f'figures/{k}': v for k, v in figures.items()}
+    files = self._artifact_files(run_id, d, m, s)
     manifest = dict(run_id=run_id, internal_run_id=m['internal_run_id'], seed_version=self.resolve_version('seed'),
                     delivered_version=m['delivered_version'],
                     test=m['test'], files={k: sha256_bytes(v) for k, v in sorted(files.items())})
-    return _write_folder(Path(out), files | {'manifest.json': (canonical_json(manifest, indent=2) + '\n').encode()},
-                         overwrite)
+    return _write_folder(Path(out), files | {'manifest.json': _json_bytes(manifest)}, overwrite)
 
 @patch
 def promote_seed(self:Runner, version:str, # a version, or 'best', 'current', 'seed'
@@ -271,5 +390,13 @@ def promote_seed(self:Runner, version:str, # a version, or 'best', 'current', 's
     test = _finished_run(self, run)[1]['test'] if run else None
     prov = dict(workspace=str(self.workspace.resolve()), version=v, run=run, test=test,
                 files={n: sha256_bytes(b) for n, b in sorted(files.items())})
-    return _write_folder(Path(out), files | {'.provenance.json': (canonical_json(prov, indent=2) + '\n').encode()},
-                         overwrite)
+    return _write_folder(Path(out), files | {'.provenance.json': _json_bytes(prov)}, overwrite)
+
+# %% ../nbs/17_runner.ipynb #0567ce41
+def _point_at_the_command():
+    "What `python -m treetrm.runner` does: say that the stages run through the `treetrm` command, and exit 2."
+    print('treetrm.runner is a library module, not a command. Run a stage with `treetrm <stage>` (or '
+          '`python -m treetrm <stage>`); `treetrm --help` lists the stages and their parameters.', file=sys.stderr)
+    raise SystemExit(2)
+
+if __name__ == '__main__' and __package__: _point_at_the_command()  # python -m treetrm.runner

@@ -14,7 +14,9 @@ import polars as pl
 from .core import (ConfigError, DataError, atomic_write_bytes, atomic_write_json, canonical_json, read_json,
                           read_yaml, sha256_bytes, sha256_file, stable_seed, where, check_count)
 from .data import Question, build_units, load_questions, load_trees
-from .diagnose import diag_fingerprint, diagnose, load_diagnose_prompts
+from .llm import NO_PRICE, price_of, usage_cost
+from .agent import CHARS_PER_TOKEN, build_messages, estimate_tokens, load_agent_prompts
+from .diagnose import diag_fingerprint, diagnose, evidence_room, load_diagnose_prompts
 from .inference import run_inference
 from .log import HarnessLog
 from .skills import load_skill_dir
@@ -25,8 +27,8 @@ __all__ = ['SPLIT_KEYS', 'SIGNALS', 'POOLS', 'POOLS_FORMAT', 'SplitConfig', 'loa
            'check_floors_possible', 'select_floor_videos', 'fill_trainval', 'validation_count', 'split_trainval',
            'validation_capacity', 'Assignment', 'Split', 'assign', 'check_split', 'validation_wrong', 'check_power',
            'build_split', 'pools_document', 'pools_bytes', 'split_manifest', 'write_split', 'load_split',
-           'pool_summary', 'pool_distribution', 'plot_pools', 'pools_dir', 'has_pools', 'SplitPlan', 'plan_split',
-           'existing_split', 'run_split', 'show_split']
+           'pool_summary', 'pool_distribution', 'plot_pools', 'pools_dir', 'has_pools', 'forecast_line', 'SplitPlan',
+           'split_forecast', 'plan_split', 'existing_split', 'run_split', 'show_split']
 
 # %% ../nbs/09_split.ipynb #da177ffb
 SPLIT_KEYS = ('seed', 'test_ratio', 'epsilon', 'report_floor', 'floor_k', 'val_ratio', 'val_wrong_min')
@@ -558,6 +560,11 @@ def has_pools(workspace:str|Path) -> bool:
     "Whether the workspace holds a written split."
     return (pools_dir(workspace)/'pools.json').is_file() and (pools_dir(workspace)/'split_manifest.json').is_file()
 
+def forecast_line(role:str, usage:dict) -> str:
+    "One role's forecast as the plan prints it."
+    cost = NO_PRICE if usage['cost'] is None else f'{usage["cost"]:.4f} USD'
+    return f'     {role:<7} {usage["calls"]:>8,} calls  {usage["tokens"]:>12,} tokens  cost {cost}'
+
 @dataclass(frozen=True)
 class SplitPlan:
     "What `run_split` will do, checked without calling a model."
@@ -574,6 +581,7 @@ class SplitPlan:
     judge_model: str
     diag_fingerprint: str
     config: SplitConfig
+    forecast: dict # role -> {calls, tokens, cost} at most (`split_forecast`)
 
     def __str__(self) -> str:
         return '\n'.join([
@@ -586,22 +594,42 @@ class SplitPlan:
             f'  2. Phase 0/1: diagnose wrong answers with judge {self.judge_model!r}; '
             f'fingerprint {self.diag_fingerprint}',
             f'  3. Phase 2: build_split with {canonical_json(self.config.to_dict())}',
-            f'  4. write {pools_dir(self.workspace)}/pools.json and split_manifest.json'
+            f'  4. write {pools_dir(self.workspace)}/pools.json and split_manifest.json',
+            '  forecast (at most: every question to max_steps, every answer judged; prompt tokens estimated)',
+            *(forecast_line(role, usage) for role, usage in self.forecast.items())
         ])
 
 # %% ../nbs/09_split.ipynb #2306c4c0
+def split_forecast(questions:list[Question], # the benchmark
+                   trees:dict, # video id -> VideoTree
+                   skills:dict, # the seed skills (file name -> Skill)
+                   agent, # the agent LLMProvider
+                   judge, # the judge LLMProvider
+                   max_steps:int # the agent's tool steps per question
+                  ) -> dict[str, dict]:
+    "role -> {calls, tokens, cost} the split spends at most: every question to `max_steps`, every answer judged."
+    prompts, diag = load_agent_prompts(), load_diagnose_prompts()
+    first = sum(estimate_tokens(build_messages(q, trees[q.video_id], skills, prompts_dir=prompts)) for q in questions)
+    templates = [{'content': diag.system()}, {'content': diag.texts['request.md']}]
+    per_judge = estimate_tokens(templates) + int(evidence_room(judge) / CHARS_PER_TOKEN)
+    n, calls = len(questions), max_steps + 1
+    usage = {'agent': (n * calls, first * calls, agent), 'judge': (n, n * per_judge, judge)}
+    return {role: {'calls': c, 'tokens': t, 'cost': usage_cost({'prompt_tokens': t}, price_of(provider))}
+            for role, (c, t, provider) in usage.items()}
+
 def plan_split(workspace, *, questions_path, trees_dir, skills_dir, agent, judge, config,
-               baseline_run_id: str = 'baseline', judge_model: str | None = None) -> SplitPlan:
-    "Check the wiring of a split (files, trees, skills, config, templates) and describe it; no model call."
+               baseline_run_id: str = 'baseline', judge_model: str | None = None, max_steps: int = 15) -> SplitPlan:
+    "Check the wiring of a split (files, trees, skills, config, templates) and describe it with its forecast."
     config, qs = load_split_config(config), load_questions(questions_path)
     videos = sorted({q.video_id for q in qs})
     pool_sizes(len(videos), config)  # too few videos for three pools: refused before a baseline is paid for
-    load_trees(trees_dir, videos)
+    trees = load_trees(trees_dir, videos)
     skills = load_skill_dir(skills_dir)
     jm = judge_model or getattr(judge, 'model', '')
     return SplitPlan(Path(workspace), Path(questions_path), Path(trees_dir), Path(skills_dir), len(qs), len(videos),
                      dict(sorted(Counter(q.task_type for q in qs).items())), tuple(skills), baseline_run_id,
-                     getattr(agent, 'model', ''), jm, diag_fingerprint(load_diagnose_prompts().version, jm), config)
+                     getattr(agent, 'model', ''), jm, diag_fingerprint(load_diagnose_prompts().version, jm), config,
+                     split_forecast(qs, trees, skills, agent, judge, max_steps))
 
 # %% ../nbs/09_split.ipynb #26239590
 def existing_split(workspace:str|Path, config:SplitConfig, baseline_run_id:str) -> Split|None:
@@ -636,11 +664,11 @@ async def run_split(
     "Baseline → diagnose → build_split → write pools; returns the `Split` (or the `SplitPlan` when `dry_run`)."
     check_count(concurrency, 'concurrency')  # before anything is written
     plan = plan_split(workspace, questions_path=questions_path, trees_dir=trees_dir, skills_dir=skills_dir, agent=agent,
-                      judge=judge, config=config, baseline_run_id=baseline_run_id, judge_model=judge_model)
-    if dry_run:
-        print(plan)
-        return plan
-    if (frozen := existing_split(workspace, plan.config, baseline_run_id)) is not None: return frozen
+                      judge=judge, config=config, baseline_run_id=baseline_run_id, judge_model=judge_model,
+                      max_steps=max_steps)
+    if not dry_run and (frozen := existing_split(workspace, plan.config, baseline_run_id)) is not None: return frozen
+    print(plan)  # the forecast, before anything is spent
+    if dry_run: return plan
     qs, log = load_questions(questions_path), log or HarnessLog(Path(workspace) / 'harness.db')
     base = await run_inference(qs, trees_dir=trees_dir, provider=agent, log=log, run_id=baseline_run_id,
                                skills_dir=skills_dir, mode='auto', concurrency=concurrency, kind='baseline',
@@ -659,9 +687,9 @@ async def run_split(
 # %% ../nbs/09_split.ipynb #fbcd7b11
 def show_split(result # a `Split` or a `SplitPlan` from `run_split`
               ) -> None:
-    "Display a split's tables and figure inline (or print a dry run's plan)."
+    "Display a split's tables and figure inline (a dry run's plan was printed by `run_split`, once)."
     from IPython.display import display
-    if isinstance(result, SplitPlan): return print(result)
+    if isinstance(result, SplitPlan): return None
     import matplotlib.pyplot as plt
     for frame in (pool_summary(result), pool_distribution(result, 'task_type'), pool_distribution(result,
                                                                                                   'difficulty')):

@@ -16,7 +16,7 @@ from .log import HarnessLog, TrainRunId, gate_id as make_gate_id
 from .inference import predictions_correctness
 from .diagnose import diagnose as diagnose_run, case_packs
 from .config import TrainConfig
-from .gate import GateParams, e_value_plus
+from .gate import GateParams, e_value_plus, alpha_for_harm, gate_at_alpha
 from .ladder import phat_from_log
 from .validate import open_probation, settle_probation, continue_probation, candidates_root, Probation
 from .evolve import (propose_edits, Blacklist, classify_pairs, momentum_guidance, guidance_files,
@@ -28,16 +28,17 @@ from .workspace import Workspace, BASELINE_RUN
 from .acceptance import Acceptance, GateRequest
 from .train_run import (TrainRun, apply_batch_correctness, guard_infra, tick_cooldowns, should_stop_early,
                                probation_pairs, rule_kinds, pool_accuracy, start_epoch, epoch_ladders, type_gate_params,
-                               gate_history, role_usage)
+                               gate_history, role_usage, discordance_estimate)
 from . import report
 
 # %% auto #0
 __all__ = ['on_trial', 'all_on_trial', 'end_steps_on_trial', 'propose_step_edits', 'write_version', 'with_decision',
            'decision_entry', 'settle_proposal', 'type_question_ids', 'accept_confirmed', 'accept_provisional',
-           'train_step', 'dual_metric_rows', 'holdout_rows', 'anchor_correctness', 'usable_correctness',
-           'probation_entry', 'settle_one_probation', 'probation_params', 'apply_settlement', 'settle_probations',
-           'settle_on_paid_pairs', 'momentum_update', 'prompt_edit_update', 'rollout_accuracy', 'budget_spent',
-           'slow_update', 'confirmed_rule_counts', 'decision_tally', 'run_metrics', 'delivered_version', 'open_edits',
+           'expected_candidates', 'harm_alpha', 'step_gate_params', 'train_step', 'dual_metric_rows', 'holdout_rows',
+           'anchor_correctness', 'usable_correctness', 'probation_entry', 'settle_one_probation', 'probation_params',
+           'apply_settlement', 'settle_probations', 'settle_on_paid_pairs', 'momentum_update', 'prompt_edit_update',
+           'rollout_accuracy', 'budget_spent', 'fresh_r_questions', 'r_correctness', 'slow_update',
+           'confirmed_rule_counts', 'decision_tally', 'run_metrics', 'delivered_version', 'open_edits',
            'without_open_edits', 'delivery_files', 'final_phase']
 
 # %% ../nbs/16f_train_loop.ipynb #263b7ac9
@@ -95,12 +96,15 @@ def decision_entry(state:TrainState, gate_id:str, task_type:str, kind:str, decis
 
 # %% ../nbs/16f_train_loop.ipynb #3c6c1701
 def settle_proposal(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal,
-                    acceptance:Acceptance|None) -> tuple[TrainState, bool]:
+                    acceptance:Acceptance|None,
+                    alpha:float|None=None # the per-edit level the harm bar set (logged when given)
+                   ) -> tuple[TrainState, bool]:
     "Apply one type's proposal outcome to the state; (state, whether the type counts as rejected)."
     t, bl = proposal.task_type, Blacklist.from_dict(state.blacklist)
     info = dict(target=proposal.target, fingerprint=proposal.fingerprint,
                 texts=list(edit_texts(proposal.edit)) if proposal.edit else [],
                 rule_kinds=rule_kinds(run.world, t, proposal.edit) if proposal.edit else None)
+    if alpha is not None: info['alpha'] = alpha
     if not proposal.ok:
         if proposal.status == 'invalid' and proposal.edit is not None:
             state = replace(state, blacklist=bl.add(t, proposal.edit, f'invalid:{proposal.reason}').to_dict())
@@ -152,6 +156,31 @@ def accept_provisional(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str
                          probations=state.probations + (pb,))
 
 # %% ../nbs/16f_train_loop.ipynb #ebf65ea1
+def expected_candidates(run:TrainRun, state:TrainState) -> float:
+    "Candidates the run is expected to judge: one per gated type a step, or a ladder pass each within `max_calls`."
+    steps = max(1, run.config.epochs * len(state.batches) * len(run.gated))
+    if run.config.max_calls is None: return float(steps)
+    ladder = sum(u.task_type in run.gated for u in run.val_units) / max(1, len(run.gated))
+    return float(max(1.0, min(steps, run.config.max_calls / max(1.0, ladder))))
+
+def harm_alpha(run:TrainRun, state:TrainState, ladder, task_type:str, history) -> float:
+    "The per-edit alpha the run's harm bar allows a type (`treetrm.gate.alpha_for_harm`)."
+    share = sum(q.task_type == task_type for q in run.test) / max(1, len(run.test))
+    gate = replace(run.config.gate, evidence_cap=run.evidence_cap(task_type))
+    return alpha_for_harm(run.config.harm_risk, expected_candidates(run, state), len(ladder),
+                          discordance_estimate(ladder, history), max(share, 1e-9), gate, run.config.harm_points)
+
+def step_gate_params(run:TrainRun, state:TrainState, ladders:dict, cands) -> dict:
+    "Each candidate type's gate settings (`type_gate_params`), at the harm bar's alpha when `harm_risk` is set."
+    history, out = gate_history(state.decisions), {}
+    for t in cands:
+        config = run.config
+        if config.harm_risk is not None:
+            alpha = harm_alpha(run, state, ladders[t], t, history)
+            config = replace(config, gate=gate_at_alpha(config.gate, alpha))
+        out[t] = type_gate_params(config, ladders[t], run.evidence_cap(t), history)
+    return out
+
 async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState:
     "One mini-batch step; returns the state after all its side effects."
     gate_id = make_gate_id(state.epoch, state.step + 1)
@@ -167,17 +196,17 @@ async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState
     ladders = epoch_ladders(run, state)
     proposals = await propose_step_edits(ws, run, state, batch, roll, gate_id, ladders)
     cands = {t: p.edit for t, p in proposals.items() if p.ok}
-    history = gate_history(state.decisions)
-    params = {t: type_gate_params(run.config, ladders[t], run.evidence_cap(t), history) for t in cands}
+    params = step_gate_params(run, state, ladders, cands)
     req = GateRequest(run.rid, gate_id, cands, state.skills_current, state.prompts_version,
                       {t: ladders[t] for t in cands}, tuple(run.val_units),
                       params, tuple(batch), {q: correctness[q] for q in ids}, run.config.reuse_base,
-                      run.config.temperature)
+                      run.config.temperature, run.config.inherit_base)
     results = await run.rule(ws, req) if cands else {}
     run.event('gate_done', gate_id=gate_id, decisions={t: a.decision for t, a in results.items()})
     state, rejected = replace(state, correctness=correctness), []
     for t in sorted(proposals):
-        state, rej = settle_proposal(ws, run, state, gate_id, proposals[t], results.get(t))
+        alpha = params[t].alpha if t in params and run.config.harm_risk is not None else None
+        state, rej = settle_proposal(ws, run, state, gate_id, proposals[t], results.get(t), alpha)
         if rej: rejected.append(t)
     return replace(state, cooldowns=tick_cooldowns(state.cooldowns, rejected, run.config.cooldown_steps),
                    step=state.step + 1, global_step=state.global_step + 1)
@@ -350,22 +379,34 @@ def budget_spent(ws:Workspace, run:TrainRun) -> bool:
     "Whether the run's agent calls have reached `max_agent_calls`."
     return run.config.max_agent_calls is not None and ws.training_agent_calls(run.rid) >= run.config.max_agent_calls
 
+def fresh_r_questions(run:TrainRun, state:TrainState) -> list:
+    "The validation questions the epoch end draws R on afresh: all of them, or only where a probation reads R."
+    if run.config.validation_pass == 'fresh': return list(run.val)
+    trial = on_trial(state)
+    return [q for q in run.val if q.task_type in trial]
+
+async def r_correctness(ws:Workspace, run:TrainRun, state:TrainState, R:str) -> dict[str, bool]:
+    "R: a fresh draw where `fresh_r_questions` says so, elsewhere the outcomes already paid for (`state.correctness`)."
+    fresh = fresh_r_questions(run, state)
+    if fresh: await ws._infer(fresh, R, state.skills_current, kind='validation', prompts_version=state.prompts_version,
+                              progress=False, temperature=run.config.temperature)
+    got = predictions_correctness(ws.log, R)
+    if missing := [q.question_id for q in fresh if q.question_id not in got]:
+        raise InfraError(where(f'{len(missing)} validation questions have no prediction', 'Resume the run', run_id=R))
+    paid = lambda q: bool(got[q]) if q in got else bool(state.correctness.get(q, False))
+    return {q.question_id: paid(q.question_id) for q in run.val}
+
 async def slow_update(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState:
     "The epoch end: R, probation settlement, best pointer, momentum, p̂ refresh, next epoch or the end."
     R = run.ids.epoch_part(state.epoch, 'R')
-    await ws._infer(run.val, R, state.skills_current, kind='validation', prompts_version=state.prompts_version,
-                    progress=False,
-                      temperature=run.config.temperature)
-    got = predictions_correctness(ws.log, R)
-    if missing := [q.question_id for q in run.val if q.question_id not in got]:
-        raise InfraError(where(f'{len(missing)} validation questions have no prediction', 'Resume the run', run_id=R))
-    r_correct, prev = {q.question_id: bool(got[q.question_id]) for q in run.val}, state.validation_run
+    feeds = [R] if fresh_r_questions(run, state) else []  # a fresh R feeds the ladder's p̂
+    r_correct, prev = await r_correctness(ws, run, state, R), state.validation_run
+    whole = R if run.config.validation_pass == 'fresh' else None  # R drawn on the whole pool: reports compare it
     ws.log.insert_many({'dual_metric': dual_metric_rows(R, 'validation', state.skills_current, run.val, r_correct)})
-    state = await settle_probations(ws, run,
-                                    replace(state, correctness=state.correctness | r_correct, validation_run=R),
-                                    r_correct)
+    state = replace(state, correctness=state.correctness | r_correct, validation_run=whole or prev)
+    state = await settle_probations(ws, run, state, r_correct)
     acc, r_acc = pool_accuracy(state.correctness, run.val), pool_accuracy(r_correct, run.val)
-    better = acc > state.best_accuracy
+    better = acc > state.best_accuracy and not state.probations  # a version holding unconfirmed edits is never best
     if better: set_best(ws.workspace, state.skills_current, R, event='best')
     state = with_decision(state,
                           decision_entry(state, make_gate_id(state.epoch), None, 'best',
@@ -376,11 +417,12 @@ async def slow_update(ws:Workspace, run:TrainRun, state:TrainState) -> TrainStat
                                          epochs_without_best=0 if better else state.epochs_without_best + 1)
     state = await momentum_update(ws, run, state)
     state, kept_r2 = await prompt_edit_update(ws, run, state, r_acc)
-    phat = phat_from_log(ws.log, [R, *kept_r2], run.val_units, run.config.gamma, INFRA_STOP_REASONS, phat=state.phat)
+    phat = phat_from_log(ws.log, [*feeds, *kept_r2], run.val_units, run.config.gamma, INFRA_STOP_REASONS,
+                         phat=state.phat)
     row = dict(epoch=state.epoch, rollout_accuracy=rollout_accuracy(ws.log, run.rid, state), validation_accuracy=acc,
                r_accuracy=r_acc,
                best_accuracy=state.best_accuracy, skills_version=state.skills_current, best_version=state.skills_best,
-               steps=len(state.batches), validation_run=R, previous_run=prev)
+               steps=len(state.batches), validation_run=whole, previous_run=prev)
     state = replace(state, phat=phat, epochs=state.epochs + (row,))
     run.event('epoch_done', epoch=state.epoch)
     if spent := budget_spent(ws, run):

@@ -14,6 +14,7 @@ from fastcore.basics import patch
 from .core import ConfigError, DataError, InfraError, where, read_json, sha256_file, stable_seed
 from .data import build_units, unit_correct, questions_fingerprint
 from .edits import Edit
+from .llm import NO_PRICE, price_of, usage_cost
 from .skills import set_current, set_best, load_manifest
 from .agent import INFRA_STOP_REASONS
 from .log import HarnessLog, TrainRunId
@@ -35,7 +36,7 @@ __all__ = ['MIN_HISTORY_UNITS', 'apply_batch_correctness', 'guard_infra', 'tick_
            'probation_pairs', 'rule_kinds', 'TrainRun', 'attempt_run_id', 'agent_samples', 'probation_design',
            'type_counts', 'open_train_run', 'pool_accuracy', 'start_correctness', 'initial_state', 'split_reserve',
            'cap_ladder', 'start_epoch', 'evidence_cap', 'discordance_estimate', 'gate_history', 'type_gate_params',
-           'epoch_ladders', 'role_usage', 'forecast_usage', 'forecast']
+           'epoch_ladders', 'role_usage', 'scaled_usage', 'forecast_usage', 'shown_usage', 'forecast']
 
 # %% ../nbs/16e_train_run.ipynb #543eb5e7
 def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> correct before the rollout
@@ -318,33 +319,53 @@ def epoch_ladders(run:TrainRun, state:TrainState) -> dict:
 
 # %% ../nbs/16e_train_run.ipynb #3e708ce4
 def role_usage(log:HarnessLog, runs) -> dict[str, dict]:
-    "role -> {calls, tokens, cost} of the model calls of `runs` (a run id or a list), from `report.cost_table`."
+    "role -> {calls, tokens, cost, prompt_tokens, completion_tokens} of the model calls of `runs` (a run id or a list)."
     t = report.cost_table(log, runs if isinstance(runs, str) else list(runs)).filter(pl.col('role') != 'ALL')
-    return {r['role']: {'calls': int(r['calls']), 'tokens': int(r['tokens']),
-                        'cost': float(r['cost'])} for r in t.iter_rows(named=True)}
+    return {r['role']: {'calls': int(r['calls']), 'tokens': int(r['tokens']), 'cost': float(r['cost']),
+                        'prompt_tokens': int(r['prompt_tokens']), 'completion_tokens': int(r['completion_tokens'])}
+            for r in t.iter_rows(named=True)}
 
 def _per(u:dict, n:int) -> dict: return {k: v / n if n else 0.0 for k, v in u.items()}
 
-def forecast_usage(*, agent_per_question:dict, # {calls, tokens, cost} per answered question
-                   judge_per_call:dict, # {calls, tokens, cost} per judge call
+def scaled_usage(per:dict, # usage of one unit: {calls, tokens, prompt_tokens, completion_tokens}
+                 n:int, # units
+                 price:tuple[float,float]|None # the role's (input, output) USD per million tokens
+                ) -> dict:
+    "{calls, tokens, cost} of `n` units; the cost from their tokens at `price`, None when there is no price."
+    used = {k: int(round(per.get(k, 0) * n)) for k in ('calls', 'tokens', 'prompt_tokens', 'completion_tokens')}
+    return {'calls': used['calls'], 'tokens': used['tokens'], 'cost': usage_cost(used, price)}
+
+def forecast_usage(*, agent_per_question:dict, # {calls, tokens, prompt_tokens, completion_tokens} per question
+                   judge_per_call:dict, # the same per judge call
                    questions:int, # agent questions: rollouts + gates + validation runs + final test
                    judge_calls:int, # wrong rollout answers to diagnose
-                   evolver_calls:int # proposals and momentum calls
+                   evolver_calls:int, # proposals and momentum calls
+                   prices:dict|None=None # role -> (input, output) USD per million tokens, None: no price
                   ) -> dict[str, dict]:
-    "role -> forecast {calls, tokens, cost}."
-    scale = lambda u, n: {k: round(v * n, 4) if k == 'cost' else int(round(v * n)) for k, v in u.items()}
-    return {'agent': scale(agent_per_question, questions), 'judge': scale(judge_per_call, judge_calls),
-            'evolver': scale(judge_per_call, evolver_calls)}
+    "role -> forecast {calls, tokens, cost}; cost None for a role without a price."
+    price = (prices or {}).get
+    return {'agent': scaled_usage(agent_per_question, questions, price('agent')),
+            'judge': scaled_usage(judge_per_call, judge_calls, price('judge')),
+            'evolver': scaled_usage(judge_per_call, evolver_calls, price('evolver'))}
+
+def shown_usage(usage:dict # a forecast role's {calls, tokens, cost}
+               ) -> dict:
+    "The usage as a table shows it: a cost without a price says `no price set`."
+    return {k: NO_PRICE if k == 'cost' and v is None else v for k, v in usage.items()}
 
 # %% ../nbs/16e_train_run.ipynb #5c005b42
+def _measured_agent(used:dict, preds:pl.DataFrame) -> dict:
+    "The agent's usage on the measured run; a run made without telemetry: from its predictions (tokens as input)."
+    if 'agent' in used: return used['agent']
+    tokens = int(preds['tokens'].sum() or 0)
+    return {'calls': int(preds['steps_used'].sum() or 0) + preds.height, 'tokens': tokens, 'prompt_tokens': tokens,
+            'completion_tokens': 0}
+
 def forecast(ws:Workspace, run:TrainRun, state:TrainState, measured_run:str=BASELINE_RUN) -> dict:
     "Forecast calls, tokens and cost per role of the configured run, with its assumptions."
     used, preds = role_usage(ws.log, measured_run), ws.log.predictions(measured_run)
     n_answered = max(preds.height, 1)
-    if 'agent' not in used:  # a run made without telemetry: its predictions know the tokens and the turns
-        used['agent'] = {'calls': int(preds['steps_used'].sum() or 0) + preds.height,
-                         'tokens': int(preds['tokens'].sum() or 0), 'cost': 0.0}
-    judge = used.get('judge', {'calls': 0, 'tokens': 0, 'cost': 0.0})
+    judge = used.get('judge', {'calls': 0, 'tokens': 0})
     ladders, epochs = epoch_ladders(run, state), run.config.epochs
     wrong = [q for b in state.batches for q in b if not state.correctness[q]]
     failed_types = lambda b: sorted({ws.by_id[q].task_type for q in b if not state.correctness[q]})
@@ -357,8 +378,8 @@ def forecast(ws:Workspace, run:TrainRun, state:TrainState, measured_run:str=BASE
                        diagnosed=len(wrong) * epochs,
                        proposals=len(gated) * epochs, measured_on=measured_run)
     q = sum(assumptions[k] for k in ('rollout_questions', 'gate_questions_max', 'validation_questions')) + len(run.test)
-    roles = forecast_usage(agent_per_question=_per(used.get('agent', {'calls': 0, 'tokens': 0, 'cost': 0.0}),
-                                                   n_answered),
+    roles = forecast_usage(agent_per_question=_per(_measured_agent(used, preds), n_answered),
                            judge_per_call=_per(judge, judge['calls']), questions=q, judge_calls=len(wrong) * epochs,
-                           evolver_calls=(len(gated) + 1) * epochs)
+                           evolver_calls=(len(gated) + 1) * epochs,
+                           prices={role: price_of(p) for role, p in ws.providers.items()})
     return {'assumptions': assumptions, 'roles': roles}

@@ -27,9 +27,9 @@ from .ladder import GatePools, Ladder, ladder_units, skill_hash
 # %% auto #0
 __all__ = ['ARMS', 'Evaluate', 'CONSUME_MODES', 'UnitOutcome', 'scripted_evaluator', 'candidates_root', 'materialise_candidate',
            'materialised_candidates', 'TypeGate', 'ValidationOutcome', 'gate_outcome', 'launch_order', 'InfraGuard',
-           'base_skills_sha', 'base_view_sha', 'gate_log_rows', 'validate_skills_concurrent', 'gate_summary',
-           'Probation', 'open_probation', 'settle_probation', 'continue_probation', 'unit_outcome_from_predictions',
-           'inference_evaluator']
+           'base_skills_sha', 'base_view_sha', 'gate_log_rows', 'inherit_candidates', 'validate_skills_concurrent',
+           'gate_summary', 'Probation', 'open_probation', 'settle_probation', 'continue_probation',
+           'unit_outcome_from_predictions', 'inference_evaluator']
 
 # %% ../nbs/13_validate.ipynb #a2caba9b
 ARMS = ('base', 'cand') # the two arms of a gate: base skills, candidate skills
@@ -443,6 +443,18 @@ def _final_outcomes(gates:dict, where_:dict) -> dict[str, ValidationOutcome]:
                       'Fix the endpoint and resume the run; the step re-runs this gate', **where_, task_type=tt))
     return {tt: gate_outcome(g) for tt, g in gates.items()}
 
+def inherit_candidates(gates:dict, cache, cand_dirs:dict, prompts_version:str, skill_mode:str) -> int:
+    "File each accepted candidate's paired outcomes as the base arm of its content (what the agent reads); how many."
+    n = 0
+    for tt, g in gates.items():
+        if cache is None or g.verdict is None or not g.verdict.accepted: continue
+        sha = base_view_sha(cand_dirs[tt], tt, skill_mode)
+        for rank in g.consumed:
+            if g.cand[rank].infra or g.base[rank].infra: continue
+            cache.put(tt, sha, prompts_version, g.units[rank].unit_id, g.cand[rank].correct)
+            n += 1
+    return n
+
 # %% ../nbs/13_validate.ipynb #d8df3a8d
 async def validate_skills_concurrent(
         candidates:Mapping[str, Edit|dict], # task type -> proposed edit of the base skills
@@ -460,7 +472,8 @@ async def validate_skills_concurrent(
         gate_guard_err:float=0.2, # abort the round above this cumulative INFRA rate (after 10 evaluations)
         consume:str='ladder', # 'ladder'; 'arrival' is a test-only switch that shows the arrival-order bias
         workspace:str|Path|None=None, # where tmp/candidates goes (default: the folder holding skills/)
-        skill_mode:str='auto' # how the agent reads skills (names what the base-arm cache key covers)
+        skill_mode:str='auto', # how the agent reads skills (names what the base-arm cache key covers)
+        inherit:bool=False # an accepted candidate's paired outcomes become the base arm of its content
        ) -> dict[str, ValidationOutcome]:
     "Gate every candidate concurrently on its ladder; consume paired outcomes in ladder order; one outcome per type."
     _check_round_args(candidates, run_id, gate_id, prompts_version)
@@ -478,7 +491,8 @@ async def validate_skills_concurrent(
         rnd = _GateRound(gates, slots, evaluate, base_dir, cand_dirs, InfraGuard(gate_guard_err),
                          baseline_cache, base_sha, prompts_version, where_)
         await _run_round(rnd, launch_order({tt: len(g.units) for tt, g in gates.items()}, cached))
-    outcomes = _final_outcomes(gates, where_)
+        outcomes = _final_outcomes(gates, where_)
+        if inherit: inherit_candidates(gates, baseline_cache, cand_dirs, prompts_version, skill_mode)
     if log is not None:
         for table, rows in gate_log_rows(outcomes, run_id, gate_id).items(): await log.ainsert(table, rows)
     return outcomes

@@ -16,8 +16,9 @@ from .data import Question, save_questions
 # %% auto #0
 __all__ = ['COLOURS', 'BARCODE_ALPHABET', 'BARCODE_CHARS', 'BARCODE_CELL', 'VIDEO_SUFFIXES', 'SYNTHETIC_WORDS', 'cue_seconds',
            'Cue', 'parse_subtitles', 'subtitle_text', 'barcode_bits', 'draw_barcode', 'read_barcode', 'Shot',
-           'shot_picture', 'write_synthetic_video', 'VideoInfo', 'probe_video', 'decoded_frames', 'scan_video',
-           'find_cuts', 'jpeg_bytes', 'grab_frames', 'synthetic_shots', 'write_srt', 'make_synthetic_videos']
+           'shot_picture', 'write_synthetic_video', 'VideoInfo', 'probe_video', 'decoded_frames', 'frames_end',
+           'scan_video', 'find_cuts', 'jpeg_bytes', 'grab_frames', 'synthetic_shots', 'write_srt',
+           'make_synthetic_videos']
 
 # %% ../nbs/18_video.ipynb #1f6a183c
 _STAMP = re.compile(r'(?:(\d+):)?(\d{1,2}):(\d{2})[,.](\d{1,3})')
@@ -210,21 +211,24 @@ def decoded_frames(path:str|Path):
     except av.FFmpegError as e: raise _unreadable(path, e) from None
 
 # %% ../nbs/18_video.ipynb #f936151e
+def frames_end(times:list[float]) -> float:
+    "The end of the last of these frame times: plus the median interval between frames (0 for one frame)."
+    return round(times[-1] + (float(np.median(np.diff(times))) if len(times) > 1 else 0.0), 3)
+
 def scan_video(path:str|Path, # a video file
                analysis_fps:float=4.0 # frames per second compared (at most; every frame when the video has fewer)
               ) -> tuple[np.ndarray, np.ndarray, float]:
     "(times, change from the previous analysed frame in [0, 1], duration) from one decoding pass."
-    times, scores, prev, last, step = [], [], None, 0.0, 1 / analysis_fps
+    times, scores, prev, decoded, step = [], [], None, [], 1 / analysis_fps
     for t, f in decoded_frames(path):
-        last = t
+        decoded.append(t)
         if times and t - times[-1] < step * 0.999: continue
         small = f.to_ndarray(format='rgb24', width=64, height=36).astype(np.int16)
         scores.append(0.0 if prev is None else float(np.abs(small - prev).mean()) / 255)
         times.append(t)
         prev = small
     if not times: raise DataError(where('the video has no frames', 'Check the file', file=path))
-    gap = float(np.median(np.diff(times))) if len(times) > 1 else step
-    return np.array(times), np.array(scores), round(last + min(gap, step), 3)
+    return np.array(times), np.array(scores), frames_end(decoded)
 
 # %% ../nbs/18_video.ipynb #051d9ea6
 def find_cuts(times:np.ndarray, # analysed frame times
