@@ -122,7 +122,7 @@ def test_resume_with_another_config_names_the_differences(tmp_path, world):
     r = Runner(tmp_path/'ws', data_dir=world, config=cfg, concurrency=4, progress=False)
     first = asyncio.run(r.train('c1'))
     r.log.close()
-    changed = Runner(tmp_path/'ws', data_dir=world, config=load_config(cfg, {'train.gate.alpha': 0.1, 'skill_mode': 'manual'}), concurrency=4, progress=False)
+    changed = Runner(tmp_path/'ws', data_dir=world, config=load_config(cfg, {'train.gate.alpha': 0.05, 'skill_mode': 'manual'}), concurrency=4, progress=False)
     with pytest.raises(ConfigError) as e: asyncio.run(changed.train('c1'))
     assert 'gate.alpha' in str(e.value) and 'skill_mode' in str(e.value) and 'fresh=True' in str(e.value)
     again = asyncio.run(changed.train('c1', fresh=True))  # fresh=True archives the old run and starts again

@@ -194,6 +194,15 @@ def _read_yaml(path:Path) -> dict:
                   f'Use the sections {", ".join(CONFIG_SECTIONS)}', file=path))
     return raw
 
+def _scaled_gate(raw:dict, overrides:dict) -> dict:
+    "`raw` with its gate rescaled when the overrides set `train.gate.alpha` alone: the look keeps its share."
+    alpha, gate = overrides.get('train.gate.alpha'), (raw.get('train') or {}).get('gate')
+    alone = not {'train.gate.alpha_final', 'train.gate.alpha_prov'} & set(overrides)
+    if not (_is_alpha(alpha) and alone and isinstance(gate, dict) and {'alpha', 'alpha_final'} <= set(gate)): return raw
+    try: scaled = asdict(gate_at_alpha(GateParams(**gate), alpha))
+    except (ConfigError, TypeError): return raw  # a bad section is named by the checks that follow
+    return _set_dotted(raw, 'train.gate', scaled)
+
 def _set_dotted(d:dict, key:str, value) -> dict:
     "A copy of nested dict `d` with the dotted `key` set to `value`."
     head, _, rest = key.partition('.')
@@ -234,6 +243,7 @@ def load_config(
     file = Path(src) if isinstance(src, (str, Path)) else None
     raw = check_sections(src.to_dict() if isinstance(src, Config) else _read_yaml(file) if file else dict(src or {}),
                          file)
+    raw = _scaled_gate(raw, overrides or {})
     for k, v in (overrides or {}).items():
         raw = _set_dotted(raw, k, v)
     check_sections(raw)  # what the overrides set
