@@ -303,7 +303,7 @@ def wilson_interval(p:float, # the observed proportion
     shrink = 1 + z*z/n
     centre = (p + z*z/(2*n)) / shrink
     half = z / shrink * math.sqrt(p*(1 - p)/n + z*z/(4*n*n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))  # it holds p; rounding must not move it
 
 def design_effect(c:ClusteredMean) -> float:
     "Clustered over binomial variance of `c`'s proportion (at least 1); the mean cluster size where it has no estimate."
