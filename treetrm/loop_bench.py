@@ -535,7 +535,7 @@ def grid_bar(cells:list[dict], # the cells of a grid summary
         mine = [c for c in cells if val_units(c['world']) == size and rule in c['rules']]
         if not mine: continue
         worse = [round(c['rules'][rule]['p_worse_than_seed'] * len(c['seeds'])) for c in mine]
-        half = [round(c['rules'][rule].get('p_worse_by_half', math.nan) * len(c['seeds'])) for c in mine
+        half = [round(c['rules'][rule]['p_worse_by_half'] * len(c['seeds'])) for c in mine
                 if 'p_worse_by_half' in c['rules'][rule]]  # the primary harm measure (grids since it exist)
         gain = lambda c, r: c['rules'][r]['gain']['mean']
         best = [max((r for r in BAR_RULES if r in c['rules']), key=lambda r: gain(c, r), default=None) for c in mine]
