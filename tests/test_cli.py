@@ -16,7 +16,7 @@ STAGES = ('build', 'split', 'train', 'eval')
 TREETRM = shutil.which('treetrm', path=str(Path(sys.executable).parent))  # the console script of this environment
 
 
-def command(*words, cwd=ROOT, timeout=120) -> subprocess.CompletedProcess:
+def command(*words, cwd=ROOT, timeout=300) -> subprocess.CompletedProcess:
     "Run `python -m treetrm <words>`."
     return subprocess.run([sys.executable, '-m', 'treetrm', *words], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
@@ -24,7 +24,7 @@ def command(*words, cwd=ROOT, timeout=120) -> subprocess.CompletedProcess:
 
 def test_console_script_is_installed():
     assert TREETRM, 'no treetrm script beside this python: reinstall with pip install -e .[dev]'
-    done = subprocess.run([TREETRM, '--help'], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([TREETRM, '--help'], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and 'usage: treetrm' in done.stdout, done.stderr[-2000:]
 
 
@@ -58,7 +58,7 @@ def test_values_are_converted_as_papermill_converts_them():
 
 def test_runner_module_points_at_the_command():
     done = subprocess.run([sys.executable, '-m', 'treetrm.runner', '--help'], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=300)
     assert done.returncode == 2 and 'treetrm --help' in done.stderr, (done.returncode, done.stderr[-2000:])
 
 

@@ -5,8 +5,10 @@ the workspace's response cache), no call answered before a kill is billed again 
 
 Kills are placed by events, not by the clock: the subprocess SIGKILLs itself at the n-th harness.db commit that writes
 a row during the target stage, either with that transaction still open (SQLite rolls it back) or right after it
-commits. So every planned kill lands in the stage it is aimed at, on a quiet machine or a busy one."""
-import asyncio, json, os, random, signal, sqlite3, subprocess, sys
+commits. So every planned kill lands in the stage it is aimed at, on a quiet machine or a busy one. A call's
+write-ahead row (its `llm_calls` row with status 'sent', written before its request goes out) is not counted: kills
+land on results and on completed calls, and each leaves the calls then in flight on record as 'sent'."""
+import asyncio, json, os, random, signal, sqlite3, subprocess, sys, threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,19 +36,23 @@ async def pipeline(workspace:Path, world:Path, say=print, backend:str='sim'):
 def watching_commits(on_commit):
     "Call `on_commit(point)` at each harness.db transaction that writes a row: 'open' before COMMIT, 'committed' after."
     from treetrm.log import HarnessLog
-    write = HarnessLog._write
+    write, record, ahead = HarnessLog._write, HarnessLog.record_llm_call, threading.local()
+    def recorded(self, row, run_id=None):  # a call's write-ahead row is marked, and not counted (see above)
+        ahead.on = row.get('status') == 'sent'
+        try: return record(self, row, run_id)
+        finally: ahead.on = False
     @contextmanager
     def watched(self):
         with self._lock:  # the log's own (re-entrant) lock: writes from worker threads are counted one at a time
             with write(self) as conn:
                 before = conn.total_changes
                 yield conn
-                wrote = conn.total_changes > before
+                wrote = conn.total_changes > before and not getattr(ahead, 'on', False)
                 if wrote: on_commit('open')
             if wrote: on_commit('committed')
-    HarnessLog._write = watched
+    HarnessLog._write, HarnessLog.record_llm_call = watched, recorded
     try: yield
-    finally: HarnessLog._write = write
+    finally: HarnessLog._write, HarnessLog.record_llm_call = write, record
 
 class StageCommits:
     "Row-writing commits per stage; `mark` is the pipeline's `say`."
@@ -184,10 +190,12 @@ def reference(world, tmp_path_factory):
     with watching_commits(commits.seen): asyncio.run(pipeline(ws, world, commits.mark))
     return ws, commits.counts
 
-def run_until_killed(ws:Path, world:Path, kill:tuple=(), backend:str='sim', env:dict|None=None) -> tuple[int, list]:
+def run_until_killed(ws:Path, world:Path, kill:tuple=(), backend:str='sim', env:dict|None=None,
+                     on_start=lambda proc: None) -> tuple[int, list]:
     "Run the pipeline in a subprocess that kills itself at `kill` (stage, n, point); its exit code and stage marks."
     argv = [sys.executable, str(Path(__file__).resolve()), str(ws), str(world), backend, *map(str, kill)]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    on_start(proc)  # e.g. a server that kills the client itself learns its pid
     try: out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None: proc.kill(); proc.wait(10)
@@ -284,6 +292,11 @@ class RecordingServer(SimServer):
             with self._lock: self.answered.append((attempt, req['model'], key))
         return out
 
+def http_env(srv:SimServer) -> dict:
+    "This process's environment with every role's `openai` provider pointed at the sim server `srv`."
+    return dict(os.environ) | {f'TREETRM_{r.upper()}_{k}': v for r in ROLES for k, v in
+                               (('MODEL', f'sim-{r}'), ('BASE_URL', srv.base_url), ('API_KEY', 'sk-crash-test'))}
+
 def cached_keys(ws:Path) -> set:
     db = ws/'cache'/'responses.sqlite'
     if not db.exists(): return set()
@@ -294,8 +307,7 @@ def cached_keys(ws:Path) -> set:
 def test_no_call_answered_before_a_kill_is_billed_again_over_http(world, reference, tmp_path):
     ws, snapshots = tmp_path/'ws', []
     with RecordingServer(world_dir=world, seed=0) as srv:
-        env = dict(os.environ) | {f'TREETRM_{r.upper()}_{k}': v for r in ROLES for k, v in
-                                  (('MODEL', f'sim-{r}'), ('BASE_URL', srv.base_url), ('API_KEY', 'sk-crash-test'))}
+        env = http_env(srv)
         def after_kill():
             snapshots.append(cached_keys(ws))
             srv.attempt += 1

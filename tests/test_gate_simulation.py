@@ -1,5 +1,6 @@
 "Simulated type-I error, exact Ville bound, DP vs Monte Carlo, and the gate's exact figures recomputed independently."
 import functools, itertools, math
+from dataclasses import replace
 from fractions import Fraction
 import numpy as np
 import pytest
@@ -9,6 +10,8 @@ from treetrm.gate import (GateParams, e_value_plus, log_e_value_plus, log_e_valu
 from treetrm.gate_sim import (simulate_ladders, run_rules, summarise_rules, gate_paths,
                               gate_outcome_distribution, distribution_summary, ville_crossing_probability,
                               fixed_n_power, fixed_n_power_n, q_for_gain, REFERENCE)
+from treetrm.gate import ALPHA_DIAL, gate_at_alpha
+from treetrm.config import DEFAULT_GATE
 
 N = 20_000
 ALPHA = 0.05
@@ -360,3 +363,25 @@ def test_final_look_raises_power_at_the_ladder_end():
     for lib, exact in ((off, off_exact), (on, on_exact)):
         assert set(lib) == set(exact) and all(abs(lib[k] - exact[k]) <= FLOAT_SUM for k in exact), (lib, exact)
     assert on['accept_confirmed'] > off['accept_confirmed'] + 0.08, (off, on)
+
+# --- every alpha the harm bar can derive (issue 31) ------------------------------------------------------------------
+PROBATION_GATE = GateParams(alpha=0.05, alpha_final=0.0, alpha_prov=0.2)  # the seed's design: provisional accepts
+
+@pytest.mark.parametrize('cap', [20, 60, 300])
+@pytest.mark.parametrize('design', ['default', 'probation'])
+def test_every_dial_alpha_holds_its_level_on_null_edits(cap, design):
+    "Null edits (q = 1/2) at every alpha on ALPHA_DIAL, as `gate_at_alpha` scales the shipped gate for the harm bar:"
+    " the exact DP's confirm rate is at most alpha, and the vectorised gate on simulated ladders within alpha + 3 SE."
+    " Reason: the e-process (Ville) and the final look (exact McNemar) split alpha between them (a union bound)."
+    base = DEFAULT_GATE if design == 'default' else PROBATION_GATE
+    rng, n = np.random.default_rng(cap), 20_000 if cap <= 60 else 4_000
+    null = {d: simulate_ladders(n, cap, d, 0.5, rng) for d in (1.0, 0.3)}
+    for alpha in ALPHA_DIAL:
+        p = gate_at_alpha(replace(base, evidence_cap=cap), alpha)
+        assert math.isclose(p.alpha, alpha) and p.alpha_final <= alpha
+        for d, ladders in null.items():
+            exact, _ = gate_outcome_distribution(cap, d, 0.5, p)
+            assert exact['accept_confirmed'] <= alpha + FLOAT_SUM, (alpha, d, exact)
+            if cap == 300 and alpha not in (0.01, 0.1): continue  # the exact DP covers the rest; the simulation is slow
+            r, _ = rates(ladders, p)
+            assert r['accept_confirmed'] <= alpha + 3*math.sqrt(alpha*(1 - alpha)/n), (alpha, d, r)

@@ -62,11 +62,11 @@ def test_export_writes_provenance_and_tables(trained, tmp_path):
 
 def test_every_look_at_the_test_pool_is_counted(trained):
     runner, _ = trained
-    before = runner.test_looks()
+    before = runner.test_looks()['run_id'].to_list()
     asyncio.run(runner.eval('seed', 'validation', run_id='val_look'))  # not the test pool
-    assert runner.test_looks() == before
+    assert runner.test_looks()['run_id'].to_list() == before
     asyncio.run(runner.eval('seed', 'test', run_id='test_look'))
-    assert runner.test_looks() == sorted(before + ['test_look'])
+    assert runner.test_looks()['run_id'].to_list() == before + ['test_look']
 
 
 def test_no_api_key_reaches_the_artifact(trained, tmp_path, monkeypatch):

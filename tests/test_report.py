@@ -89,7 +89,10 @@ def test_gate_table_reflects_shadow_rows_exactly(log):
     assert gt.height == 6
     assert [c for c in gt.columns if c.startswith('shadow_')] == ['shadow_gepa_first3', 'shadow_mcnemar_fixed_n', 'shadow_mcnemar_peek']
     cells = {(r['gate_id'], r['task_type'], c.removeprefix('shadow_')): r[c] for r in gt.iter_rows(named=True) for c in gt.columns if c.startswith('shadow_')}
-    expected = {(s['gate_id'], s['task_type'], s['rule']): s['decision'] for s in shadows}
+    # an unavailable decision says so with the units the rule had (no `n_first`/`cap` in these details)
+    shown = lambda s: s['decision'] if s['decision'] != 'unavailable' else \
+        f"unavailable: the gate stopped after {s['n_used']} units"
+    expected = {(s['gate_id'], s['task_type'], s['rule']): shown(s) for s in shadows}
     assert {k: v for k, v in cells.items() if v is not None} == expected
     assert cells[('s2', 'OCR Problems', 'mcnemar_peek')] is None  # no row -> no decision, not a made-up one
     assert gate_table(log, 'train', 's1').height == 3 and set(gate_table(log, 'train', 's1')['gate_id']) == {'s1'}

@@ -11,18 +11,18 @@ from pathlib import Path
 import json_repair
 from .core import ConfigError, InfraError, BudgetError, where, asset_dir, file_identity
 from .data import Question, VideoTree, option_letters, option_text
-from .llm import LLMProvider, LLMResponse, ContextLengthError, json_schema_format
+from .llm import (LLMProvider, LLMResponse, ContextLengthError, json_schema_format, CHARS_PER_TOKEN,
+                         estimate_tokens)
 from .skills import Skill, route_skills
 from .tools import (TOOL_NAMES, MAX_SEARCH_K, MAX_OBSERVE_IDS, ToolError, AgentTools, normalise_answer, as_text,
                            add_usage)
 
 # %% auto #0
 __all__ = ['STOP_REASONS', 'INFRA_STOP_REASONS', 'PROMPT_FILES', 'MAX_ENUM_IDS', 'ITERATION_FACTOR', 'MAX_PARSE_FAILURES',
-           'CHARS_PER_TOKEN', 'MAX_OUTPUT_CHARS', 'DEFAULT_REPLY_TOKENS', 'AgentPrompts', 'default_prompts_dir',
-           'load_agent_prompts', 'tools_section', 'skills_sections', 'system_message', 'user_message', 'build_messages',
-           'AgentReply', 'parse_reply', 'salvage_answer', 'tool_args_schemas', 'agent_reply_format', 'Step',
-           'AgentResult', 'context_budget', 'estimate_tokens', 'truncate_output', 'fit_context', 'feedback',
-           'astuple_reply', 'run_agent']
+           'MAX_OUTPUT_CHARS', 'DEFAULT_REPLY_TOKENS', 'AgentPrompts', 'default_prompts_dir', 'load_agent_prompts',
+           'tools_section', 'skills_sections', 'system_message', 'user_message', 'build_messages', 'AgentReply',
+           'parse_reply', 'salvage_answer', 'tool_args_schemas', 'agent_reply_format', 'Step', 'AgentResult',
+           'context_budget', 'truncate_output', 'fit_context', 'feedback', 'astuple_reply', 'run_agent']
 
 # %% ../nbs/05_agent.ipynb #458c6871
 STOP_REASONS = ('finished', 'budget_exceeded', 'unformatted', 'parse_error', 'error')
@@ -244,7 +244,6 @@ class AgentResult:
 # %% ../nbs/05_agent.ipynb #4d2dd076
 ITERATION_FACTOR = 3 # model turns allowed per budget step (tool errors and retries cost turns, not budget)
 MAX_PARSE_FAILURES = 3 # consecutive unparseable replies that end the loop
-CHARS_PER_TOKEN = 2.5  # cautious characters per token: JSON and node ids tokenize densely (SmolLM2: below 3)
 MAX_OUTPUT_CHARS = 20_000 # cap on one tool output when the provider states no context budget
 DEFAULT_REPLY_TOKENS = 512 # reply room kept free when the provider sets no max_tokens
 
@@ -280,10 +279,6 @@ def context_budget(provider:LLMProvider) -> int|None:
     "Prompt tokens a conversation may use: the provider's `context_tokens` less the reply's room; None without budget."
     ctx = getattr(provider, 'context_tokens', None)
     return None if not ctx else ctx - (getattr(provider, 'max_tokens', None) or DEFAULT_REPLY_TOKENS)
-
-def estimate_tokens(messages:list[dict]) -> int:
-    "A cautious token count of a conversation (characters / CHARS_PER_TOKEN, plus a few per message)."
-    return int(sum(len(m.get('content') or '') for m in messages) / CHARS_PER_TOKEN) + 4 * len(messages)
 
 def truncate_output(text:str, n:int) -> str:
     "`text` cut to `n` characters with a visible marker saying how much was left out."

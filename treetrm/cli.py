@@ -78,7 +78,8 @@ def report_path(stage:str, # one of `STAGES`
     workspace = at(values['workspace'])
     if stage == 'train': return workspace/'runs'/check_run_id(str(values['run_id']))/'train.ipynb'
     if stage == 'split': return workspace/'reports'/'split.ipynb'
-    name = values['run_id'] or f"eval_{values['pool']}_{values['skills_version']}"
+    again = str(values.get('again', False)).lower() in ('true', '1')  # a new draw: beside the recorded test's report
+    name = values['run_id'] or f"eval_{values['pool']}_{values['skills_version']}" + ('_again' if again else '')
     return workspace/'reports'/f'{check_run_id(str(name))}.ipynb'
 
 # %% ../nbs/19_cli.ipynb #0dc2e237

@@ -17,13 +17,13 @@ from .core import ConfigError, DataError, InfraError, Slots, connect_wal, where,
 from .llm_config import RoleConfig, load_role_config, redact, role_env_name, thinking_extra_body
 
 # %% auto #0
-__all__ = ['PRICES', 'NO_PRICE', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED', 'TELEMETRY_KEYS', 'TELEMETRY_EXTRAS', 'LLMResponse',
-           'LLMProvider', 'ReplyError', 'reply_json', 'set_price', 'call_cost', 'price_of', 'usage_cost',
+__all__ = ['PRICES', 'NO_PRICE', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED', 'TELEMETRY_KEYS', 'TELEMETRY_EXTRAS', 'CHARS_PER_TOKEN',
+           'LLMResponse', 'LLMProvider', 'ReplyError', 'reply_json', 'set_price', 'call_cost', 'price_of', 'usage_cost',
            'backoff_delay', 'backoff_schedule', 'parse_retry_after', 'BreakerState', 'breaker_admit', 'breaker_success',
            'breaker_failure', 'breaker_release_probe', 'CircuitBreaker', 'endpoint_slots', 'image_data_url',
            'image_digest', 'attach_images', 'cache_key', 'ResponseCache', 'MalformedReply', 'is_context_overflow',
-           'ContextLengthError', 'classify_error', 'parse_completion', 'telemetry_row', 'json_schema_format',
-           'format_dialects', 'structured_dialect', 'OpenAIProvider']
+           'ContextLengthError', 'classify_error', 'parse_completion', 'telemetry_row', 'estimate_tokens',
+           'estimated_prompt', 'json_schema_format', 'format_dialects', 'structured_dialect', 'OpenAIProvider']
 
 # %% ../nbs/02_llm.ipynb #3162e0a5
 @dataclass(frozen=True)
@@ -354,7 +354,8 @@ def parse_completion(resp, # what the SDK returned
 TELEMETRY_KEYS = ('run_id', 'call_id', 'role', 'model', 'prompt_tokens', 'completion_tokens', 'latency_s', 'status',
                   'attempt', 'cache_hit', 'cost', 'error')
 
-TELEMETRY_EXTRAS = ('reply_format', )  # kept only when set: the reply-format dialect a call was answered in
+TELEMETRY_EXTRAS = ('reply_format', 'estimated') # kept only when set: the reply-format dialect a call was answered
+                                                 # in; which fields are estimates (a call with no reply recorded)
 
 def telemetry_row(**kw) -> dict:
     "A telemetry row with every key of `TELEMETRY_KEYS` (missing ones 0/None/False) and the `TELEMETRY_EXTRAS` set."
@@ -362,6 +363,20 @@ def telemetry_row(**kw) -> dict:
                     error=None)
     row = {k: kw.get(k, defaults.get(k)) for k in TELEMETRY_KEYS}
     return row | {k: kw[k] for k in TELEMETRY_EXTRAS if kw.get(k) is not None}
+
+CHARS_PER_TOKEN = 2.5  # cautious characters per token: JSON and node ids tokenize densely (SmolLM2: below 3)
+
+def estimate_tokens(messages:list[dict]) -> int:
+    "A cautious token count of a conversation (characters / CHARS_PER_TOKEN, plus a few per message)."
+    return int(sum(len(m.get('content') or '') for m in messages) / CHARS_PER_TOKEN) + 4 * len(messages)
+
+def estimated_prompt(messages:list[dict], # the request's messages
+                     model:str, # the model they go to
+                     prices:tuple[float,float]|None=None # (input, output) USD per million tokens; None: `PRICES`
+                    ) -> dict:
+    "Telemetry of a request with no reply recorded: its prompt tokens estimated from `messages`, their cost, the mark."
+    n = estimate_tokens(messages)
+    return dict(prompt_tokens=n, cost=call_cost(model, {'prompt_tokens': n}, prices), estimated='prompt_tokens')
 
 # %% ../nbs/02_llm.ipynb #9a63d27c
 def json_schema_format(name:str, # a short name of the reply (OpenAI wants one)
@@ -394,7 +409,7 @@ class OpenAIProvider:
         config: RoleConfig,
         *,
         cache: ResponseCache | None = None,  # response cache; None = every call goes out
-        telemetry: Callable[[dict], object] | None = None,  # receives one row per call
+        telemetry: Callable[[dict], object] | None = None,  # one row per call; a `sent` method: also ahead
         breaker: CircuitBreaker | None = None,  # share one to pool endpoint health; default: a private one
         run_id: str | None = None,  # written into telemetry rows
         role: str | None = None,  # overrides config.role
@@ -446,9 +461,12 @@ def _request(self:OpenAIProvider, messages, temperature, max_tokens, seed, respo
     return kw
 
 @patch
-async def _attempt(self:OpenAIProvider, request:dict) -> LLMResponse:
+async def _attempt(self:OpenAIProvider, request:dict,
+                   on_send:Callable|None=None # awaited inside the slot, just before the request goes out
+                  ) -> LLMResponse:
     "Send one request within the endpoint's slots and the hard timeout."
     async with endpoint_slots(self.config.base_url, self.config.concurrency).hold():
+        if on_send is not None: await on_send()
         async with asyncio.timeout(self.config.timeout_s):
             resp = await self._client().chat.completions.create(**request, timeout=self.config.timeout_s)
     return parse_completion(resp, self.model)
@@ -465,13 +483,13 @@ class _CallFailed(Exception):
     def overflow(self) -> bool: return self.error.startswith('context length exceeded')
 
 @patch
-async def _with_retries(self:OpenAIProvider, request:dict) -> tuple[LLMResponse, int]:
+async def _with_retries(self:OpenAIProvider, request:dict, on_send:Callable|None=None) -> tuple[LLMResponse, int]:
     "Attempt `request` up to 1 + max_retries times with backoff; (reply, attempts) or `_CallFailed`."
     cfg, n = self.config, 0
     while True:
         n += 1
         try:
-            return await self._attempt(request), n
+            return await self._attempt(request, on_send), n
         except _ATTEMPT_ERRORS as e:
             (retryable, retry_after, error), status = classify_error(e), getattr(e, 'status_code', None)
         error = redact(error, cfg.api_key)
@@ -488,6 +506,22 @@ async def _emit(self:OpenAIProvider, **kw):
     if self.telemetry is None: return
     out = self.telemetry(telemetry_row(run_id=self.run_id, role=self.role, model=self.model, **kw))
     if inspect.isawaitable(out): await out
+
+@dataclass
+class _WriteAhead:
+    "Awaited as each attempt of a call goes out: counts it, and writes the call's `sent` row where the sink can."
+    provider: OpenAIProvider
+    call_id: str
+    estimate: dict # the request's estimated prompt tokens and their cost (`estimated_prompt`)
+    attempts: int = 0 # attempts sent so far
+
+    async def __call__(self):
+        self.attempts += 1
+        p = self.provider
+        if (sent := getattr(p.telemetry, 'sent', None)) is None: return
+        out = sent(telemetry_row(run_id=p.run_id, role=p.role, model=p.model, call_id=self.call_id, status='sent',
+                                 attempt=self.attempts, **self.estimate))
+        if inspect.isawaitable(out): await out
 
 @patch
 def _infra_error(self:OpenAIProvider, what:str, hint:str, **loc) -> InfraError:
@@ -537,6 +571,15 @@ async def _fail_fast(self:OpenAIProvider, call_id:str) -> InfraError:
                              retry_in_s=round(self.breaker.retry_in_s(), 2))
 
 @patch
+async def _unanswered(self:OpenAIProvider, e:BaseException, ahead:_WriteAhead, t0:float):
+    "Record a call whose request went out and that ended in `e`, no reply: cancelled, or an unexpected error."
+    if isinstance(e, asyncio.CancelledError): status, error, usage = 'cancelled', None, ahead.estimate
+    elif isinstance(e, Exception): status, error, usage = 'error', redact(str(e)[:300], self.config.api_key), {}
+    else: return  # the process is going down (KeyboardInterrupt, SystemExit): a written-ahead row stays 'sent'
+    await self._emit(call_id=ahead.call_id, status=status, attempt=ahead.attempts, latency_s=time.monotonic() - t0,
+                     error=error, **usage)
+
+@patch
 def _dialects(self:OpenAIProvider, response_format:dict|None) -> list[tuple[str, dict|None]]:
     "The reply-format dialects to try for this call under the role's `structured` mode and what was learnt."
     if response_format is None or self.config.structured == 'off': return [('none', None)]
@@ -548,19 +591,19 @@ def _dialects(self:OpenAIProvider, response_format:dict|None) -> list[tuple[str,
                             f'Set {role_env_name(self.role, "STRUCTURED")}=auto or off')
 
 @patch
-async def _send(self: OpenAIProvider, messages, temperature, max_tokens, seed,
-                response_format) -> tuple[LLMResponse, int, str]:
+async def _send(self: OpenAIProvider, messages, temperature, max_tokens, seed, response_format,
+                on_send:Callable|None=None) -> tuple[LLMResponse, int, str]: # awaited as each attempt goes out
     "Send in the first reply-format dialect the endpoint takes (probed once, under a lock); (reply, tries, dialect)."
     tries, spent = self._dialects(response_format), 0
     if len(tries) == 1:
-        r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, tries[0][1]))
+        r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, tries[0][1]), on_send)
         return r, n, tries[0][0]
     locks = _PROBE_LOCKS.setdefault(asyncio.get_running_loop(), {})
     async with locks.setdefault((self.config.base_url.rstrip('/'), self.model), asyncio.Lock()):
         tries = self._dialects(response_format)  # another call may have probed meanwhile
         for i, (name, fmt) in enumerate(tries):
             try:
-                r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, fmt))
+                r, n = await self._with_retries(self._request(messages, temperature, max_tokens, seed, fmt), on_send)
             except _CallFailed as f:
                 said_no = f.status in (400, 422) or f.error.startswith(FORMAT_REFUSED)
                 refused = f.how == 'rejected' and not f.overflow and said_no
@@ -589,10 +632,12 @@ async def chat(self:OpenAIProvider, messages:list[dict], *, temperature:float=0.
         return hit
     if not self.breaker.allow(): raise await self._fail_fast(call_id)
     probe = self.breaker.state == 'half_open'
+    ahead = _WriteAhead(self, call_id, estimated_prompt(messages, self.model, self.config.prices))
     try: r, n, dialect = await self._send(attach_images(messages, images), temperature, max_tokens, seed,
-                                         response_format)
+                                         response_format, ahead)
     except _CallFailed as f: raise await self._failed(f, call_id, t0) from None
-    except BaseException:
+    except BaseException as e:
         if probe: self.breaker.release_probe()  # cancelled: let the next call probe
+        if ahead.attempts: await self._unanswered(e, ahead, t0)
         raise
     return await self._succeeded(r, n, key, call_id, t0, dialect)

@@ -15,10 +15,10 @@ from .core import ConfigError, DataError, InfraError, canonical_json, connect_wa
 from .skills import skill_slug
 
 # %% auto #0
-__all__ = ['SCHEMA_VERSION', 'KINDS', 'TABLES', 'ENCODERS', 'GATE_RUN_MARK', 'FINAL_TEST', 'Table', 'schema_frame', 'table_spec',
-           'create_sql', 'encode_value', 'utc_now', 'encode_row', 'connect', 'ensure_schema', 'HarnessLog',
-           'insert_sql', 'finish_in_thread', 'rows_frame', 'RunRecord', 'check_run_id', 'gate_id', 'glob_literal',
-           'TrainRunId']
+__all__ = ['SCHEMA_VERSION', 'KINDS', 'TABLES', 'ENCODERS', 'GATE_RUN_MARK', 'FINAL_TEST', 'CALL_STATUSES', 'NO_REPLY_STATUSES',
+           'Table', 'schema_frame', 'table_spec', 'create_sql', 'encode_value', 'utc_now', 'encode_row', 'connect',
+           'ensure_schema', 'HarnessLog', 'insert_sql', 'finish_in_thread', 'rows_frame', 'RunRecord', 'check_run_id',
+           'gate_id', 'glob_literal', 'TrainRunId', 'record_call_sql']
 
 # %% ../nbs/06_log.ipynb #72ca5c7c
 SCHEMA_VERSION = 1 # stored in the database header (`PRAGMA user_version`)
@@ -586,14 +586,34 @@ def accuracy(self:HarnessLog, run_id:str) -> float:
     return p['correct'].fill_null(False).mean()
 
 # %% ../nbs/06_log.ipynb #d6d0ee8a
+CALL_STATUSES = {
+    'sent': 'its request went out and no reply is recorded (yet; for good when the process was killed)',
+    'ok': 'answered',
+    'error': 'failed: retries spent, or refused by the endpoint',
+    'cancelled': 'cancelled while its request was out (a gate decided, a run was stopped): the endpoint may bill it',
+    'cache_hit': 'answered from the response cache: nothing was sent',
+    'breaker_open': 'refused by the open circuit breaker: nothing was sent',
+} # status -> what an `llm_calls` row with it says about the call
+
+NO_REPLY_STATUSES = ('sent', 'cancelled') # calls that went out with no reply recorded: counted, never measured
+
+def record_call_sql() -> str:
+    "The upsert of one `llm_calls` row: insert it, or complete the row of its `call_id` while that row is 'sent'."
+    t = TABLES['llm_calls']
+    kept = ('run_id', 'call_id', 'created_at')  # a completed row keeps when, and under which run, its call went out
+    sets = ', '.join(f'{c} = excluded.{c}' for c in t.columns if c not in kept)
+    return (f'INSERT INTO llm_calls ({", ".join(t.columns)}) VALUES ({", ".join("?" * len(t.columns))}) '
+            f"ON CONFLICT (call_id) DO UPDATE SET {sets} WHERE llm_calls.status = 'sent'")
+
 @patch
 def record_llm_call(self:HarnessLog, row:dict, # telemetry of one model call
                     run_id:str|None=None # run to file it under when the row has none
                    ) -> int:
-    "Store one model call's telemetry in `llm_calls`; returns 1 when new, 0 when its `call_id` exists."
-    cols = TABLES['llm_calls'].columns
-    known, extra = {k: v for k,v in row.items() if k in cols}, {k: v for k,v in row.items() if k not in cols}
+    "Store one model call's row in `llm_calls`, or complete its 'sent' row; 0 when the call's row is complete."
+    t = TABLES['llm_calls']
+    known, extra = {k: v for k,v in row.items() if k in t.columns}, {k: v for k,v in row.items() if k not in t.columns}
     if extra: known['extra'] = {**(known.get('extra') or {}), **extra}
     known['run_id'] = known.get('run_id') or run_id or self.run_id or ''
     known['call_id'] = known.get('call_id') or uuid.uuid4().hex
-    return self.insert('llm_calls', [known])
+    values = encode_row(t, known)
+    with self._write() as conn: return conn.execute(record_call_sql(), values).rowcount

@@ -4,7 +4,7 @@
 
 # %% ../nbs/16_report.ipynb #a3357d41
 from __future__ import annotations
-import io, math, re
+import io, json, math, re
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,13 +23,14 @@ from .log import HarnessLog
 # %% auto #0
 __all__ = ['PAPER_RC', 'DECISION_COLORS', 'TYPE_PALETTE', 'FIGURE_FORMATS', 'FIGURE_DPI', 'SVG_HASH_SALT', 'FIXED_METADATA',
            'MAGIC', 'GATE_COLUMNS', 'OK_STATUSES', 'ROLE_ORDER', 'ACCURACY_LIMITS', 'EPOCH_COLUMNS', 'INLINE_DPI',
-           'paper_style', 'decision_color', 'type_colors', 'new_figure', 'finish_figure', 'freeze_layout',
-           'figure_bytes', 'save_figure', 'shadow_columns', 'gate_table', 'e_value_trajectories', 'decision_handles',
-           'confirming_lines', 'fit_side_legends', 'plot_e_values', 'cost_table', 'ClusteredMean', 'clustered_mean',
-           'wilson_interval', 'design_effect', 'clustered_proportion', 'pool_frame', 'run_correct', 'accuracy_by_type',
-           'paired_comparison', 'before_after', 'row_labels', 'plot_before_after', 'decision_timeline',
-           'plot_decision_timeline', 'epoch_frame', 'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report',
-           'decision_counts', 'shadow_agreement', 'final_report', 'show_report', 'save_report']
+           'REPORT_TABLE', 'paper_style', 'decision_color', 'type_colors', 'new_figure', 'finish_figure',
+           'freeze_layout', 'figure_bytes', 'save_figure', 'shadow_cell', 'shadow_columns', 'delta_shrunk_note',
+           'gate_table', 'e_value_trajectories', 'decision_handles', 'confirming_lines', 'fit_side_legends',
+           'plot_e_values', 'cost_table', 'ClusteredMean', 'clustered_mean', 'wilson_interval', 'design_effect',
+           'clustered_proportion', 'pool_frame', 'run_correct', 'accuracy_by_type', 'paired_comparison', 'before_after',
+           'row_labels', 'plot_before_after', 'decision_timeline', 'plot_decision_timeline', 'epoch_frame',
+           'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report', 'decision_counts', 'shadow_agreement',
+           'final_report', 'shown_in_full', 'show_report', 'save_report']
 
 # %% ../nbs/16_report.ipynb #4b20ee75
 PAPER_RC = {'font.size': 9, 'axes.titlesize': 10, 'axes.labelsize': 9, 'xtick.labelsize': 8, 'ytick.labelsize': 8,
@@ -146,11 +147,23 @@ def _final_states(ev:pl.DataFrame) -> pl.DataFrame:
         pl.col('created_at').min().alias('started'))
 
 # %% ../nbs/16_report.ipynb #e9d7939b
+def shadow_cell(decision:str, # the shadow rule's decision
+                n_used:int, # units the real gate consumed (what the rule could look at)
+                detail # the rule's numbers (a dict, or its JSON text): `n_first` or `cap`, the units it needs
+               ) -> str:
+    "A shadow decision as a report shows it: an `unavailable` one says how many units the rule needed and had."
+    if decision != 'unavailable': return decision
+    detail = json.loads(detail) if isinstance(detail, str) else (detail or {})
+    need = detail.get('n_first', detail.get('cap'))
+    if need is None: return f'unavailable: the gate stopped after {n_used} units'
+    return f'unavailable: needs {need} units, the gate stopped after {n_used}'
+
 def shadow_columns(log:HarnessLog, run_id:str, gate_id:str|None=None) -> pl.DataFrame:
     "shadow_gate decisions as one `shadow_<rule>` column per rule, one row per (gate, task type)."
     sh = log.frame('shadow_gate', run_id, **({} if gate_id is None else {'gate_id': gate_id}))
     if sh.height == 0: return pl.DataFrame(schema={'gate_id': pl.String, 'task_type': pl.String})
-    sh = sh.sort('gate_id', 'task_type', 'rule').with_columns(rule='shadow_' + pl.col('rule'))
+    sh = sh.sort('gate_id', 'task_type', 'rule').with_columns(rule='shadow_' + pl.col('rule'), decision=pl.Series(
+        [shadow_cell(*r) for r in sh.select('decision', 'n_used', 'detail').rows()], dtype=pl.String))
     return sh.pivot(on='rule', index=['gate_id', 'task_type'], values='decision', sort_columns=True)
 
 # %% ../nbs/16_report.ipynb #fa549457
@@ -160,6 +173,14 @@ def _gate_frame(states:pl.DataFrame, tau:float) -> pl.DataFrame:
     return states.with_columns(
         delta_hat=pl.Series([(w - l) / n if n else 0.0 for w, l, n in rows], dtype=pl.Float64),
         delta_shrunk=pl.Series([shrunk_delta(w, l, n, tau) for w, l, n in rows], dtype=pl.Float64))
+
+def delta_shrunk_note(tau:float # the prior scale of true changes (GateParams.tau)
+                     ) -> str:
+    "How to read `delta_shrunk`: its formula, its prior, and why rows are ranked by it."
+    return (f'delta_shrunk = (W - L) / (n_used + d/tau^2), d = (W + L + 1)/(n_used + 2): the accuracy change on the '
+            f'units used, shrunk toward 0 under a normal prior on true changes with sd tau = {tau:g} '
+            f'({100 * tau:g} points). Rows are ranked by it, not by delta_hat = (W - L)/n_used, because the largest '
+            'raw changes are the luckiest.')
 
 def gate_table(log:HarnessLog, # the harness log
                run_id:str, # the training run the gates belong to
@@ -235,17 +256,21 @@ def plot_e_values(
         return fit_side_legends(fig, ax, [decided, ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1))])
 
 # %% ../nbs/16_report.ipynb #89a6118e
+from .log import NO_REPLY_STATUSES
+
 OK_STATUSES = ('ok', 'cache_hit')
 ROLE_ORDER = ('agent', 'judge', 'evolver', 'vision')
 
-def _calls(log:HarnessLog, run_id) -> pl.DataFrame:
+def _calls(log:HarnessLog, run_id, replied:bool=False) -> pl.DataFrame:
     calls = log.frame('llm_calls')
+    if replied: calls = calls.filter(~pl.col('status').is_in(NO_REPLY_STATUSES).fill_null(False))
     if run_id is None: return calls
     return calls.filter(pl.col('run_id').is_in([run_id] if isinstance(run_id, str) else list(run_id)))
 
 def _cost_aggs() -> list:
     tokens = pl.col('prompt_tokens').fill_null(0) + pl.col('completion_tokens').fill_null(0)
-    failed = (pl.col('status').is_not_null() & ~pl.col('status').is_in(OK_STATUSES)) | pl.col('error').is_not_null()
+    status, no_reply = pl.col('status'), pl.col('status').is_in(NO_REPLY_STATUSES).fill_null(False)
+    failed = ((status.is_not_null() & ~status.is_in(OK_STATUSES)) | pl.col('error').is_not_null()) & ~no_reply
     return [
         pl.len().alias('calls'),
         pl.col('prompt_tokens').fill_null(0).sum(),
@@ -253,14 +278,17 @@ def _cost_aggs() -> list:
         tokens.sum().alias('tokens'),
         pl.col('cost').fill_null(0.0).sum(),
         pl.col('cache_hit').fill_null(False).sum().alias('cache_hits'),
-        failed.sum().alias('errors')
+        failed.sum().alias('errors'),
+        (status == 'sent').sum().alias('sent'),
+        (status == 'cancelled').sum().alias('cancelled')
     ]
 
 def cost_table(log:HarnessLog, # the harness log
-               run_id:str|list|None=None # a run, several runs, or None for all calls
+               run_id:str|list|None=None, # a run, several runs, or None for all calls
+               replied:bool=False # only calls whose outcome was recorded (no `sent` or `cancelled` rows)
               ) -> pl.DataFrame:
-    "Model calls per role: calls, prompt/completion/total tokens, cost, cache hits, errors; last row `ALL`."
-    calls = _calls(log, run_id).with_columns(pl.col('role').fill_null('unknown'))
+    "Model calls per role: calls, tokens, cost, cache hits, errors, sent with no reply, cancelled; last row `ALL`."
+    calls = _calls(log, run_id, replied).with_columns(pl.col('role').fill_null('unknown'))
     by_role = calls.group_by('role').agg(_cost_aggs())
     order = pl.col('role').replace_strict({r: i
                                            for i, r in enumerate(ROLE_ORDER)}, default=len(ROLE_ORDER),
@@ -488,10 +516,11 @@ def step_report(log:HarnessLog, # the harness log
                 thresholds:dict|None=None, # task type -> the confirming level its gate used; None: 1/alpha
                 title:str|None=None # the e-value figure's title; None: 'Gate <gate_id>: evidence per task type'
                ) -> dict:
-    "Gate table, e-value trajectory figure and cost so far for one training step."
+    "Gate table, how to read it, e-value trajectory figure and cost so far for one training step."
     traj = e_value_trajectories(log, run_id, gate_id)
     return {
         'gate_table': gate_table(log, run_id, gate_id, tau),
+        'notes': delta_shrunk_note(tau),
         'e_values': plot_e_values(traj, alpha, title or f'Gate {gate_id}: evidence per task type', thresholds),
         'cost': cost_table(log, cost_runs)
     }
@@ -514,7 +543,8 @@ def epoch_report(log:HarnessLog, # the harness log
     ba_figure = plot_before_after(ba, labels, title=f'Accuracy by task type, {pool}')
     return {'epochs': epoch_frame(epochs), 'accuracy_curves': plot_accuracy_curves(epochs),
             'before_after': ba, 'before_after_figure': ba_figure,
-            'decision_timeline': tl, 'timeline_figure': plot_decision_timeline(tl), 'cost': cost_table(log, cost_runs)}
+            'decision_timeline': tl, 'notes': delta_shrunk_note(tau),
+            'timeline_figure': plot_decision_timeline(tl), 'cost': cost_table(log, cost_runs)}
 
 # %% ../nbs/16_report.ipynb #c6c48360
 def decision_counts(timeline:pl.DataFrame) -> pl.DataFrame:
@@ -561,6 +591,11 @@ def final_report(log:HarnessLog, # the harness log
 
 # %% ../nbs/16_report.ipynb #c1227be8
 INLINE_DPI = 120 # resolution of figures shown inline
+REPORT_TABLE = dict(fmt_str_lengths=120, tbl_cols=16, tbl_rows=40, tbl_width_chars=200)  # how report frames are shown
+
+def shown_in_full():
+    "polars settings under which a report's frames show their columns and their reasons whole (`REPORT_TABLE`)."
+    return pl.Config(**REPORT_TABLE)
 
 def _display():
     try:
@@ -576,20 +611,25 @@ def show_report(report:dict, # name -> DataFrame or Figure, e.g. from `step_repo
     if shown is None: return _print_report(report, title)
     display, Image, Markdown = shown
     if title: display(Markdown(f'### {title}'))
-    for name, item in report.items():
-        display(Markdown(f'**{name}**'))
-        if isinstance(item, Figure):
-            display(Image(data=figure_bytes(item, 'png', INLINE_DPI), format='png'))
-            _close(item)
-        else:
-            display(item)
+    with shown_in_full():
+        for name, item in report.items(): _display_item(display, Image, Markdown, name, item)
+
+def _display_item(display, Image, Markdown, name:str, item):
+    "Show one report entry under its name: a figure as PNG, a note as Markdown, a frame as itself."
+    display(Markdown(f'**{name}**'))
+    if isinstance(item, Figure):
+        display(Image(data=figure_bytes(item, 'png', INLINE_DPI), format='png'))
+        _close(item)
+    elif isinstance(item, str): display(Markdown(item))
+    else: display(item)
 
 def _print_report(report:dict, title:str|None):
     if title: print(title)
-    for name, item in report.items():
-        if isinstance(item, pl.DataFrame):
-            print(name)
-            print(item)
+    with shown_in_full():
+        for name, item in report.items():
+            if isinstance(item, (pl.DataFrame, str)):
+                print(name)
+                print(item)
 
 def _close(fig:Figure):
     "Close `fig` in pyplot if pyplot manages it (figures made here are not registered there)."
@@ -601,15 +641,16 @@ def save_report(report:dict, # name -> DataFrame or Figure
                 out_dir:str|Path, # folder, e.g. the run's figures/ or reports/
                 prefix:str='', # file-name prefix, e.g. 'e1_s3_'
                 formats=FIGURE_FORMATS) -> dict[str, list[Path]]:
-    "Write each figure as PDF/PNG/SVG and each frame as CSV under `out_dir`; returns entry -> paths."
+    "Write each figure as PDF/PNG/SVG, each frame as CSV and each note as Markdown under `out_dir`; entry -> paths."
     out = {}
     for name, item in report.items():
         stem = _check_name(f'{prefix}{name}')
         if isinstance(item, Figure): out[name] = list(save_figure(item, stem, out_dir, formats).values())
         elif isinstance(item, pl.DataFrame):
             out[name] = [atomic_write_text(Path(out_dir) / f'{stem}.csv', item.write_csv())]
+        elif isinstance(item, str): out[name] = [atomic_write_text(Path(out_dir) / f'{stem}.md', item + '\n')]
         else:
             raise ConfigError(
                 where(f'report entry {name!r} is a {type(item).__name__}',
-                      'A report holds polars DataFrames and matplotlib Figures', field=name))
+                      'A report holds polars DataFrames, matplotlib Figures and notes (text)', field=name))
     return out

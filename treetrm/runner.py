@@ -4,7 +4,7 @@
 
 # %% ../nbs/17_runner.ipynb #03a4b3f3
 from __future__ import annotations
-import difflib, importlib.metadata, os, platform, shutil, subprocess, sys, tempfile, uuid
+import difflib, importlib.metadata, os, platform, shutil, subprocess, sys, tempfile, uuid, warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -16,20 +16,23 @@ from .core import (ConfigError, where, atomic_write_bytes, canonical_json, read_
 from .llm_config import RoleConfig
 from .skills import load_manifest
 from .log import FINAL_TEST, check_run_id, gate_id
-from .inference import answer_health
+from .inference import InferenceResult, answer_health
 from .config import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
 from .checkpoint import TrainState, save_checkpoint, load_checkpoint
 from .calls import call_budget
 from .workspace import Workspace, BASELINE_RUN
+from .validate import base_skills_sha
 from .acceptance import ACCEPTANCE
-from .train_run import TrainRun, open_train_run, initial_state, role_usage, shown_usage
+from .train_run import (TrainRun, open_train_run, initial_state, role_usage, shown_usage, type_counts,
+                               gating_frame, ungated_note)
 from .train_loop import (train_step, all_on_trial, end_steps_on_trial, slow_update, settle_on_paid_pairs,
                                 final_phase, budget_spent, decision_entry, with_decision, delivery_files)
 from . import report, __version__
 
 # %% auto #0
-__all__ = ['RESULT_PACKAGES', 'TEST_LOOK_KINDS', 'Runner', 'TrainResult', 'finished_note', 'progress_plan', 'package_versions',
-           'git_state', 'role_provenance', 'skills_diff']
+__all__ = ['STEP_DECISION_COLUMNS', 'TEST_LOOK_KINDS', 'RESULT_PACKAGES', 'Runner', 'TrainResult', 'finished_note',
+           'progress_plan', 'RepeatedTestLook', 'look_to_report', 'repeated_look_warning', 'PoolEvaluation',
+           'package_versions', 'git_state', 'role_provenance', 'skills_diff']
 
 # %% ../nbs/17_runner.ipynb #de836d53
 class Runner(Workspace):
@@ -47,13 +50,13 @@ def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFram
 
 # %% ../nbs/17_runner.ipynb #51be9bb8
 def _decisions_frame(decisions) -> pl.DataFrame:
-    "The decision log as a frame."
-    cols = ('epoch', 'step', 'gate_id', 'task_type', 'kind', 'decision', 'w', 'l', 'n_used', 'e_value', 'version',
-            'texts')
+    "The decision log as a frame; `reason` says why a step gave a type no proposal (or why a proposal failed)."
+    cols = ('epoch', 'step', 'gate_id', 'task_type', 'kind', 'decision', 'reason', 'w', 'l', 'n_used', 'e_value',
+            'version', 'texts')
     texts = lambda d: ' | '.join(d.get('texts') or []) or None  # an edit may carry no texts: []
     rows = [{c: texts(d) if c == 'texts' else d.get(c) for c in cols} for d in decisions]
     schema = dict(epoch=pl.Int64, step=pl.Int64, gate_id=pl.String, task_type=pl.String, kind=pl.String,
-                  decision=pl.String, w=pl.Int64,
+                  decision=pl.String, reason=pl.String, w=pl.Int64,
                   l=pl.Int64, n_used=pl.Int64, e_value=pl.Float64, version=pl.String, texts=pl.String)
     return pl.DataFrame(rows, schema=schema)
 
@@ -64,10 +67,12 @@ def _show(self:Runner, run:TrainRun, rep:dict, title:str, prefix:str):
     if figs: report.save_report(figs, run.figures, prefix=prefix)
     report.show_report(rep, title)
 
+STEP_DECISION_COLUMNS = ('task_type', 'decision', 'reason', 'w', 'l', 'n_used', 'e_value', 'version')  # a step's table
+
 @patch
 def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
     "The step report of `gate_id`."
-    mine = _decisions_frame([d for d in state.decisions if d['gate_id'] == gate_id])
+    mine = _decisions_frame([d for d in state.decisions if d['gate_id'] == gate_id]).select(*STEP_DECISION_COLUMNS)
     has_gate = self.log.query('SELECT count(*) FROM gate_evidence WHERE run_id = ? AND gate_id = ?',
                               (run.rid, gate_id)).item()
     title = f'Epoch {state.epoch}, step {state.step}: gate evidence per task type'
@@ -195,7 +200,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
                 acceptance=None, # overrides config.acceptance: one of ACCEPTANCE_RULES or a rule callable
                 start:str='seed', # the skills version to start from
                 fresh:bool=False, # archive an existing run of this id and start again
-                show:bool=False, # display step, epoch and final reports inline
+                show:bool=False, # display the forecast, step and epoch reports inline (the final one: `final_report`)
                 on_event:Callable|None=None, # on_event(name, info) after each side effect
                 **settings # more `TrainConfig` fields for this run, e.g. probation_evidence='fresh'
                ) -> TrainResult:
@@ -208,7 +213,8 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
     await self.split()
     if health := self.run_health(BASELINE_RUN): print(f'WARNING: {health}')
     run = open_train_run(self, run_id, cfg, self.resolve_version(start), fresh, show, on_event)
-    state = load_checkpoint(run.checkpoint, expect_structural=run.parts)
+    state, sizes = load_checkpoint(run.checkpoint, expect_structural=run.parts), type_counts(run.val_units)
+    if note := ungated_note(sizes, cfg.min_ladder_units): print(note)
     if state is not None and state.phase == 'done':
         print(finished_note(self.log, run_id, run.rid))
         return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir, True)
@@ -217,7 +223,8 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
         state = await initial_state(self, run)
         self._save(run, state)
     if show:
-        report.show_report({'forecast': self.forecast_table(state.forecast)},
+        report.show_report({'forecast': self.forecast_table(state.forecast),
+                            'gated_types': gating_frame(sizes, cfg.min_ladder_units)},
                            f'{run_id} · forecast for {cfg.epochs} epochs (gates at their ladder caps: an upper bound)')
     from tqdm.auto import tqdm
     budget = CallBudget(cfg.max_calls, used=self.training_calls(run.rid))
@@ -236,9 +243,151 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
 # %% ../nbs/17_runner.ipynb #80d31e59
 @patch
 async def final_test(self:Runner, skills_version:str='best', run_id:str|None=None) -> pl.DataFrame:
-    "Evaluate a version once on the test pool; its paired comparison with the seed skills' baseline answers."
+    "Evaluate a version on the test pool (a look, counted); its paired comparison with the seed skills' answers."
     res = await self.eval(skills_version, 'test', run_id)
     return report.paired_comparison(self.log, BASELINE_RUN, res.run_id, self.pool('test'))
+
+# %% ../nbs/17_runner.ipynb #98c28a94
+TEST_LOOK_KINDS = ('final_test', 'eval') # run kinds that may answer test-pool questions with chosen skills
+
+@patch
+def skills_sha256(self:Runner, version:str|None # a skills version, or None (a run that recorded none)
+                 ) -> str|None:
+    "The content hash of a skills version (every skill file's name and text); None for no version or an unknown one."
+    return base_skills_sha(self.skills.path(version)) if version in self.skills.versions() else None
+
+@patch
+def test_looks(self:Runner) -> pl.DataFrame:
+    "Every look at the test pool, first first: the run, its kind, skills version and content hash, questions, when."
+    test = [q.question_id for q in self.pool('test')]
+    sql = 'SELECT DISTINCT p.run_id, p.question_id FROM predictions p JOIN runs r USING (run_id) WHERE r.kind IN (?, ?)'
+    answered = self.log.query(sql, TEST_LOOK_KINDS).cast({'run_id': pl.String, 'question_id': pl.String})
+    answered = answered.filter(pl.col('question_id').is_in(test))
+    counts = answered.group_by('run_id').agg(n=pl.len().cast(pl.Int64))
+    looks = self.log.runs().join(counts, on='run_id').sort('started_at', 'run_id')
+    hashes = [self.skills_sha256(v) for v in looks['skills_version']]
+    return looks.select(pl.int_range(1, pl.len() + 1).alias('look'), 'run_id', 'kind', 'skills_version',
+                        pl.Series('skills_sha256', hashes, dtype=pl.String), pl.lit('test').alias('pool'), 'n',
+                        'started_at', 'finished_at', 'status')
+
+# %% ../nbs/17_runner.ipynb #e2977a1b
+class RepeatedTestLook(UserWarning):
+    "A second or later look at a workspace's test pool: the best of several looks overstates the gain."
+
+def _runs_named(run_ids:list[str], most:int=5) -> str:
+    "Run ids as a short list: the first `most`, then how many more."
+    more = f' and {len(run_ids) - most} more' if len(run_ids) > most else ''
+    return ', '.join(run_ids[:most]) + more
+
+def look_to_report(looks:pl.DataFrame, # `test_looks`
+                   version:str|None # the skills version looked at
+                  ) -> str|None:
+    "The run to report for a version: its first finished final test, else its first look; None when it has none."
+    mine = looks.filter(pl.col('skills_version') == version)
+    final = mine.filter((pl.col('kind') == 'final_test') & (pl.col('status') == 'finished'))
+    return (final if final.height else mine)['run_id'].first()
+
+def repeated_look_warning(looks:pl.DataFrame, # `test_looks`
+                          run_id:str # a run among them
+                         ) -> str|None:
+    "What to say when `run_id` is the second or later look at the test pool; None for the first look."
+    look = looks.filter(pl.col('run_id') == run_id).row(0, named=True)
+    if look['look'] < 2: return None
+    before = looks.filter(pl.col('look') < look['look'])['run_id'].to_list()
+    first = look_to_report(looks, look['skills_version']) or looks['run_id'][0]
+    what = "the train stage's final test" if first.endswith(FINAL_TEST) else 'the first look'
+    advice = (f'Report {what} of skills {look["skills_version"]} (run {first}), not this look,'
+              if first != run_id else 'Choose skills on the validation pool, not by looks at the test pool,')
+    return (f"run {run_id} is look {look['look']} at this workspace's test pool (before it: {_runs_named(before)}). "
+            f'Each look is a new draw of answers to the same questions: picking or reporting the best of '
+            f'{look["look"]} looks biases the reported gain upward. {advice} and say how many looks the test pool had.')
+
+@patch
+async def eval(self:Runner, skills_version:str='best', # a version, or 'best', 'current', 'seed'
+               pool:str='test', # the frozen pool to evaluate on
+               run_id:str|None=None # default: eval_<pool>_<version>
+              ) -> InferenceResult:
+    "`Workspace.eval`; on the test pool a second or later look warns (`RepeatedTestLook`)."
+    res = await Workspace.eval(self, skills_version, pool, run_id)
+    if pool == 'test' and (said := repeated_look_warning(self.test_looks(), res.run_id)):
+        warnings.warn(said, RepeatedTestLook, stacklevel=2)
+    return res
+
+# %% ../nbs/17_runner.ipynb #b2d5b712
+@dataclass(frozen=True)
+class PoolEvaluation:
+    "A skills version on a frozen pool as the eval stage shows it: which run's answers, and what that run is."
+    run_id: str # the run whose stored answers are shown
+    version: str # the skills version it answered with
+    pool: str # 'test', 'validation' or 'diagnosis'
+    recorded: bool # the train stage's final test, read back (no model call); False: evaluated by this call
+    look: int|None # its place among the workspace's looks at the test pool (1: the first); None off the test pool
+    final_test: str|None # the train stage's final test of this version (the number to report), when there is one
+    accuracy: pl.DataFrame # accuracy by task type with video-clustered intervals
+    paired: pl.DataFrame # the paired comparison with the seed skills' baseline answers
+
+    @property
+    def new_draw(self) -> bool:
+        "An evaluation of a version whose final test the train stage recorded: another draw of the same pool."
+        return self.final_test is not None and not self.recorded
+
+    @property
+    def what(self) -> str:
+        "Which run this is: the number to report, a new draw of the test pool, or an evaluation off it."
+        if self.look is None: return f'an evaluation (run {self.run_id}); not a look at the test pool'
+        looked = f"look {self.look} at this workspace's test pool"
+        if self.recorded: return f"the train stage's final test (run {self.run_id}, {looked}): the number to report"
+        if self.new_draw: return (f'a new draw of the same pool (run {self.run_id}, {looked}); the number to report '
+                                  f"is the train stage's final test (run {self.final_test})")
+        return f'an evaluation (run {self.run_id}, {looked}); no training run delivered these skills'
+
+    @property
+    def figure_name(self) -> str:
+        "Its figure's file name: a new draw names its run, so the final test's figure is never overwritten."
+        name = f'accuracy_{self.pool}_{self.version}'
+        return f'{name}_{self.run_id}' if self.new_draw else name
+
+    @property
+    def title(self) -> str:
+        "Its figure's title."
+        return f'Accuracy by task type ({self.pool} pool{", a new draw" if self.new_draw else ""})'
+
+    @property
+    def label(self) -> str:
+        "One line: the pool, the skills, the accuracy against the seed skills, and `what`."
+        total = self.paired.filter(pl.col('task_type') == 'ALL').row(0, named=True)
+        return (f'{self.pool} pool, skills {self.version}: accuracy {total["acc_b"]:.3f} (seed skills '
+                f'{total["acc_a"]:.3f}, n={total["n"]}) — {self.what}')
+
+@patch
+def final_test_run(self:Runner, skills_version:str='best' # a version, or 'best', 'current', 'seed'
+                  ) -> str|None:
+    "The first finished final test of a training run that delivered the version; None when no training run did."
+    looks = self.test_looks().filter((pl.col('kind') == 'final_test') & (pl.col('status') == 'finished'))
+    return look_to_report(looks, self.resolve_version(skills_version))
+
+@patch
+def _pool_evaluation(self:Runner, run_id:str, version:str, pool:str, final_test:str|None,
+                     level:float) -> PoolEvaluation:
+    "A run's answers on a pool as the eval stage shows them, read from harness.db."
+    questions = self.pool(pool)
+    look = self.test_looks().filter(pl.col('run_id') == run_id)['look'].first() if pool == 'test' else None
+    return PoolEvaluation(run_id, version, pool, recorded=run_id == final_test, look=look, final_test=final_test,
+                          accuracy=report.accuracy_by_type(self.log, run_id, questions, level),
+                          paired=report.paired_comparison(self.log, BASELINE_RUN, run_id, questions, level))
+
+@patch
+async def evaluate(self:Runner, skills_version:str='best', # a version, or 'best', 'current', 'seed'
+                   pool:str='test', # the frozen pool
+                   run_id:str|None=None, # the evaluation's run id when one is made (default: eval_<pool>_<version>)
+                   *, again:bool=False, # evaluate even when the train stage's final test is recorded: a new look
+                   level:float=0.95 # interval coverage
+                  ) -> PoolEvaluation:
+    "The eval stage: the train stage's final test of a version on the test pool, or (`again`, or none) an evaluation."
+    v = self.resolve_version(skills_version)
+    final = self.final_test_run(v) if pool == 'test' else None
+    shown = final if final and not again else (await self.eval(v, pool, run_id)).run_id
+    return self._pool_evaluation(shown, v, pool, final, level)
 
 # %% ../nbs/17_runner.ipynb #9f87a34f
 RESULT_PACKAGES = ('openai', 'gepa', 'polars', 'numpy', 'scipy', 'bm25s', 'json-repair', 'pyyaml', 'matplotlib')
@@ -282,16 +431,6 @@ def role_provenance(provider, # a role's provider, as the runner holds it
     return dict(model=config.model, base_url_host=_endpoint_host(config.base_url), provider_kind=config.kind)
 
 # %% ../nbs/17_runner.ipynb #fb086980
-TEST_LOOK_KINDS = ('final_test', 'eval') # run kinds that may answer test-pool questions with chosen skills
-
-@patch
-def test_looks(self:Runner) -> list[str]:
-    "The runs that answered test-pool questions: every final test, and every evaluation on the test pool."
-    test = [q.question_id for q in self.pool('test')]
-    sql = 'SELECT DISTINCT p.run_id, p.question_id FROM predictions p JOIN runs r USING (run_id) WHERE r.kind IN (?, ?)'
-    answered = self.log.query(sql, TEST_LOOK_KINDS).filter(pl.col('question_id').is_in(test))
-    return sorted(answered['run_id'].unique().to_list())
-
 @patch
 def world_sha256(self:Runner) -> str|None:
     "sha256 of the sim world's `world.json` (its planted rules and its files' fingerprint); None off the sim backend."
@@ -302,7 +441,7 @@ def world_sha256(self:Runner) -> str|None:
 def provenance(self:Runner, structural:dict # a run's frozen structural parts: its config, gate, seed, data hashes
               ) -> dict:
     "What decided a run's results: code, packages, role endpoints (no keys), configuration, world, test-pool looks."
-    looks = self.test_looks()
+    looks = self.test_looks()['run_id'].to_list()
     return dict(treetrm=__version__, git=git_state(package_dir().parent), python=platform.python_version(),
                 packages=package_versions(), backend=self.backend,
                 roles={role: role_provenance(p, self.backend) for role, p in sorted(self.providers.items())},

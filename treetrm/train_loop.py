@@ -5,7 +5,7 @@
 # %% ../nbs/16f_train_loop.ipynb #bfb974e4
 from __future__ import annotations
 import math, shutil
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 import polars as pl
 from .core import InfraError, where, atomic_write_json, atomic_write_text, stable_seed, sha256_text
@@ -28,18 +28,60 @@ from .workspace import Workspace, BASELINE_RUN
 from .acceptance import Acceptance, GateRequest
 from .train_run import (TrainRun, apply_batch_correctness, guard_infra, tick_cooldowns, should_stop_early,
                                probation_pairs, rule_kinds, pool_accuracy, start_epoch, epoch_ladders, type_gate_params,
-                               gate_history, role_usage, discordance_estimate)
+                               gate_history, role_usage, discordance_estimate, type_counts)
 from . import report
 
 # %% auto #0
-__all__ = ['on_trial', 'all_on_trial', 'end_steps_on_trial', 'propose_step_edits', 'write_version', 'with_decision',
-           'decision_entry', 'settle_proposal', 'type_question_ids', 'accept_confirmed', 'accept_provisional',
-           'expected_candidates', 'harm_alpha', 'step_gate_params', 'train_step', 'dual_metric_rows', 'holdout_rows',
-           'anchor_correctness', 'usable_correctness', 'probation_entry', 'settle_one_probation', 'probation_params',
-           'apply_settlement', 'settle_probations', 'settle_on_paid_pairs', 'momentum_update', 'prompt_edit_update',
-           'rollout_accuracy', 'budget_spent', 'fresh_r_questions', 'r_correctness', 'slow_update',
-           'confirmed_rule_counts', 'decision_tally', 'run_metrics', 'delivered_version', 'open_edits',
-           'without_open_edits', 'delivery_files', 'final_phase']
+__all__ = ['STEP_SKIPS', 'StepType', 'why_no_proposal', 'step_types', 'on_trial', 'all_on_trial', 'end_steps_on_trial',
+           'propose_step_edits', 'write_version', 'with_decision', 'decision_entry', 'settle_proposal',
+           'type_question_ids', 'accept_confirmed', 'accept_provisional', 'expected_candidates', 'harm_alpha',
+           'step_gate_params', 'train_step', 'dual_metric_rows', 'holdout_rows', 'anchor_correctness',
+           'usable_correctness', 'probation_entry', 'settle_one_probation', 'probation_params', 'apply_settlement',
+           'settle_probations', 'settle_on_paid_pairs', 'momentum_update', 'prompt_edit_update', 'rollout_accuracy',
+           'budget_spent', 'fresh_r_questions', 'r_correctness', 'slow_update', 'confirmed_rule_counts',
+           'decision_tally', 'run_metrics', 'delivered_version', 'open_edits', 'without_open_edits', 'delivery_files',
+           'final_phase']
+
+# %% ../nbs/16f_train_loop.ipynb #080d2814
+@dataclass(frozen=True)
+class StepType:
+    "What a step knows about one task type of its batch: enough to say why it gets no proposal."
+    task_type: str
+    gated: bool # it has at least train.min_ladder_units validation units
+    units: int # its validation units
+    min_units: int # train.min_ladder_units
+    ladder: int # units on its ladder this epoch
+    on_trial: bool # an edit of the type is on probation
+    cooldown: int # steps left before it may propose again
+    answers: int # its answers in the batch
+    misses: int # the wrong ones
+    diagnosed: bool # a miss has a usable diagnosis (the evolver has a case pack)
+
+STEP_SKIPS = (  # (decision, holds, reason): the first row that holds says why the type gets no proposal this step
+    ('not_gated', lambda t: not t.gated,
+     lambda t: f'not gated: {t.units} validation units, below train.min_ladder_units = {t.min_units}'),
+    ('no_ladder', lambda t: not t.ladder, lambda t: 'no validation units on its ladder this epoch'),
+    ('on_probation', lambda t: t.on_trial, lambda t: 'an edit of this type is on probation until the epoch ends'),
+    ('cooling_down', lambda t: t.cooldown > 0,
+     lambda t: f'cooling down after a rejected edit: {t.cooldown} more step(s)'),
+    ('no_miss', lambda t: t.misses == 0, lambda t: f'all {t.answers} answers of this type in the batch were right'),
+    ('no_diagnosis', lambda t: not t.diagnosed,
+     lambda t: f'{t.misses} wrong answer(s), none with a usable diagnosis (tier T1 or T2, not degraded)'),
+)
+
+def why_no_proposal(t:StepType) -> tuple[str, str]|None:
+    "(decision, reason) of the first `STEP_SKIPS` row that holds for `t`; None when the type may propose."
+    return next(((decision, reason(t)) for decision, holds, reason in STEP_SKIPS if holds(t)), None)
+
+def step_types(run:TrainRun, state:TrainState, batch:list, predictions:pl.DataFrame, packs:dict,
+               ladders:dict) -> list[StepType]:
+    "A `StepType` for each task type of the batch, from its rollout's predictions and its case packs."
+    ids, sizes, trial = {q.question_id for q in batch}, type_counts(run.val_units), on_trial(state)
+    wrong = {q for q, ok in predictions.select('question_id', 'correct').rows() if q in ids and not ok}
+    return [StepType(t, t in run.gated, sizes.get(t, 0), run.config.min_ladder_units, len(ladders.get(t, ())),
+                     t in trial, state.cooldowns.get(t, 0), sum(q.task_type == t for q in batch),
+                     sum(q.task_type == t and q.question_id in wrong for q in batch), t in packs)
+            for t in sorted({q.task_type for q in batch})]
 
 # %% ../nbs/16f_train_loop.ipynb #263b7ac9
 def on_trial(state:TrainState) -> set[str]:
@@ -57,22 +99,23 @@ def end_steps_on_trial(state:TrainState) -> TrainState:
     return with_decision(state, d, phase='slow')
 
 async def propose_step_edits(ws:Workspace, run:TrainRun, state:TrainState, batch:list, roll:str, gate_id:str,
-                             ladders:dict) -> dict:
-    "Diagnose the rollout's misses and ask the evolver for one edit per eligible task type."
+                             ladders:dict) -> tuple[dict, dict]:
+    "Diagnose the rollout's misses, ask the evolver for one edit per eligible type; (proposals, type -> why not)."
     cur = ws.skills.path(state.skills_current)
     with filed_under(roll):
         diag = await diagnose_run(batch, log=ws.log, baseline_run_id=roll, judge=ws.providers['judge'], skills_dir=cur,
                                   concurrency=ws.concurrency)
-    packs = case_packs(batch, ws.log.predictions(roll), diag.signals, seed=stable_seed(ws.seed, run.rid, gate_id))
-    trial = on_trial(state)
-    open_to = lambda t: t in ladders and len(ladders[t]) and not state.cooldowns.get(t) and t not in trial
-    eligible = [t for t in sorted(packs) if open_to(t)]
-    if not eligible: return {}
+    preds = ws.log.predictions(roll)
+    packs = case_packs(batch, preds, diag.signals, seed=stable_seed(ws.seed, run.rid, gate_id))
+    why = {t.task_type: why_no_proposal(t) for t in step_types(run, state, batch, preds, packs, ladders)}
+    skipped, eligible = {t: w for t, w in why.items() if w}, [t for t, w in why.items() if not w]
+    if not eligible: return {}, skipped
     guidance = guidance_from_files(ws.prompts.read_files(state.prompts_version)) if state.prompts_version else ''
     with filed_under(run.ids.evolve(gate_id)):
-        return await propose_edits(eligible, case_packs=packs, concurrency=ws.concurrency, skills_dir=cur,
-                                   blacklist=Blacklist.from_dict(state.blacklist), evolver=ws.providers['evolver'],
-                                   guidance=guidance, seed=stable_seed(ws.seed, run.rid, gate_id, 'evolve'))
+        proposals = await propose_edits(eligible, case_packs=packs, concurrency=ws.concurrency, skills_dir=cur,
+                                        blacklist=Blacklist.from_dict(state.blacklist), evolver=ws.providers['evolver'],
+                                        guidance=guidance, seed=stable_seed(ws.seed, run.rid, gate_id, 'evolve'))
+    return proposals, skipped
 
 # %% ../nbs/16f_train_loop.ipynb #64567983
 def write_version(ws:Workspace, state:TrainState, files:dict, source:str, trigger:str) -> str:
@@ -194,7 +237,7 @@ async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState
     guard_infra(preds, run.config.infra_guard, roll)
     run.event('rollout_done', gate_id=gate_id)
     ladders = epoch_ladders(run, state)
-    proposals = await propose_step_edits(ws, run, state, batch, roll, gate_id, ladders)
+    proposals, skipped = await propose_step_edits(ws, run, state, batch, roll, gate_id, ladders)
     cands = {t: p.edit for t, p in proposals.items() if p.ok}
     params = step_gate_params(run, state, ladders, cands)
     req = GateRequest(run.rid, gate_id, cands, state.skills_current, state.prompts_version,
@@ -208,6 +251,8 @@ async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState
         alpha = params[t].alpha if t in params and run.config.harm_risk is not None else None
         state, rej = settle_proposal(ws, run, state, gate_id, proposals[t], results.get(t), alpha)
         if rej: rejected.append(t)
+    for t, (decision, reason) in skipped.items():
+        state = with_decision(state, decision_entry(state, gate_id, t, 'step', decision, reason=reason))
     return replace(state, cooldowns=tick_cooldowns(state.cooldowns, rejected, run.config.cooldown_steps),
                    step=state.step + 1, global_step=state.global_step + 1)
 

@@ -34,9 +34,10 @@ from . import report
 # %% auto #0
 __all__ = ['MIN_HISTORY_UNITS', 'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early',
            'probation_pairs', 'rule_kinds', 'TrainRun', 'attempt_run_id', 'agent_samples', 'probation_design',
-           'type_counts', 'open_train_run', 'pool_accuracy', 'start_correctness', 'initial_state', 'split_reserve',
-           'cap_ladder', 'start_epoch', 'evidence_cap', 'discordance_estimate', 'gate_history', 'type_gate_params',
-           'epoch_ladders', 'role_usage', 'scaled_usage', 'forecast_usage', 'shown_usage', 'forecast']
+           'type_counts', 'open_train_run', 'gating_frame', 'ungated_note', 'pool_accuracy', 'start_correctness',
+           'initial_state', 'split_reserve', 'cap_ladder', 'start_epoch', 'evidence_cap', 'discordance_estimate',
+           'gate_history', 'type_gate_params', 'epoch_ladders', 'role_usage', 'scaled_usage', 'forecast_usage',
+           'shown_usage', 'forecast']
 
 # %% ../nbs/16e_train_run.ipynb #543eb5e7
 def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> correct before the rollout
@@ -213,6 +214,23 @@ def check_trainable(self:Workspace, config:TrainConfig|None=None # the run's set
         f'about {math.ceil(need / share)} units of one type), or lower train.min_ladder_units (a type below it is '
         'not gated, and a short ladder rarely confirms an edit)', field='train.min_ladder_units'))
 
+# %% ../nbs/16e_train_run.ipynb #655ccbe6
+def gating_frame(sizes:dict[str, int], # task type -> validation units (`check_trainable`)
+                 min_units:int # train.min_ladder_units
+                ) -> pl.DataFrame:
+    "One row per task type: its validation units, whether the gate takes it and, when not, why."
+    why = lambda n: None if n >= min_units else f'{n} validation units, below train.min_ladder_units = {min_units}'
+    rows = [dict(task_type=t, validation_units=n, gated=n >= min_units, why_not=why(n))
+            for t, n in sorted(sizes.items())]
+    return pl.DataFrame(rows, schema=dict(task_type=pl.String, validation_units=pl.Int64, gated=pl.Boolean,
+                                          why_not=pl.String))
+
+def ungated_note(sizes:dict[str, int], min_units:int) -> str|None:
+    "A line naming the types too small to gate with their unit counts; None when every type is gated."
+    small = [f'{t} ({n} units)' for t, n in sorted(sizes.items()) if n < min_units]
+    if not small: return None
+    return f'Not gated (fewer than train.min_ladder_units = {min_units} validation units): {", ".join(small)}'
+
 # %% ../nbs/16e_train_run.ipynb #2d6b18fd
 def pool_accuracy(correctness:Mapping[str,bool], questions) -> float:
     "Mean correctness over `questions`."
@@ -318,9 +336,11 @@ def epoch_ladders(run:TrainRun, state:TrainState) -> dict:
     return load_gate_pools(run.pools_file(state.epoch), expect_fingerprint=state.ladders_fingerprint).ladders
 
 # %% ../nbs/16e_train_run.ipynb #3e708ce4
-def role_usage(log:HarnessLog, runs) -> dict[str, dict]:
-    "role -> {calls, tokens, cost, prompt_tokens, completion_tokens} of the model calls of `runs` (a run id or a list)."
-    t = report.cost_table(log, runs if isinstance(runs, str) else list(runs)).filter(pl.col('role') != 'ALL')
+def role_usage(log:HarnessLog, runs, # a run id or a list of them
+               replied:bool=False # only calls whose outcome was recorded: a basis for averages per call
+              ) -> dict[str, dict]:
+    "role -> {calls, tokens, cost, prompt_tokens, completion_tokens} of the model calls of `runs`."
+    t = report.cost_table(log, runs if isinstance(runs, str) else list(runs), replied).filter(pl.col('role') != 'ALL')
     return {r['role']: {'calls': int(r['calls']), 'tokens': int(r['tokens']), 'cost': float(r['cost']),
                         'prompt_tokens': int(r['prompt_tokens']), 'completion_tokens': int(r['completion_tokens'])}
             for r in t.iter_rows(named=True)}
@@ -363,7 +383,7 @@ def _measured_agent(used:dict, preds:pl.DataFrame) -> dict:
 
 def forecast(ws:Workspace, run:TrainRun, state:TrainState, measured_run:str=BASELINE_RUN) -> dict:
     "Forecast calls, tokens and cost per role of the configured run, with its assumptions."
-    used, preds = role_usage(ws.log, measured_run), ws.log.predictions(measured_run)
+    used, preds = role_usage(ws.log, measured_run, replied=True), ws.log.predictions(measured_run)  # no sent rows
     n_answered = max(preds.height, 1)
     judge = used.get('judge', {'calls': 0, 'tokens': 0})
     ladders, epochs = epoch_ladders(run, state), run.config.epochs

@@ -1,0 +1,354 @@
+"""Every fenced block of README.md runs in a test, read from README.md (issue 32: "the README's commands run in a test
+as written, through papermill, on a clean clone"), or is listed with the reason it cannot run in CI. `RUN_BY` maps a
+block's marker (its first line, without a trailing comment) to the test that runs it; `NOT_RUN` gives the reason for the
+rest; a new block with neither fails `test_every_readme_block_is_run_or_excused` with what to do.
+
+This file runs its blocks in a folder laid out as a checkout (`checkout`: settings.ini, nbs, prompts, the demo world
+and the environment as `.venv`, `TREETRM_ROOT` pointing at it), so relative paths resolve there as they would for a
+user, and nothing lands in this checkout's workspaces. Blocks that name an endpoint talk to
+`treetrm.sim_server.SimServer` through the `TREETRM_<ROLE>_*` variables, over data made at the paths the command names.
+The two training commands of "Use your own model" and "Use your own data" get small-run parameters appended after the
+README's words (as tests/test_one_test_number.py does): as written they train the full default configuration, which
+needs a world of 50 videos and took 195 s over HTTP."""
+import hashlib, json, os, re, shutil, subprocess, sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import papermill as pm
+import polars as pl
+import pytest
+
+from treetrm import loop_bench
+from treetrm.config import load_config
+from treetrm.core import project_root, read_json
+from treetrm.data import load_questions, load_tree
+from treetrm.log import HarnessLog
+from treetrm.sim import make_world
+from treetrm.sim_server import serve
+from treetrm.video import make_synthetic_videos, parse_subtitles, synthetic_shots
+
+ROOT = project_root()
+README = ROOT/'README.md'
+HERE = 'tests/test_readme_commands.py'
+SMALL = ['-p', 'epochs', '1', '-p', 'min_ladder_units', '4', '-p', 'batch_size', '8', '-p', 'patience', '1',
+         '-p', 'concurrency', '4', '-p', 'show_steps', 'False']  # appended to the full training commands
+
+CONFIGURATION_TEST = 'tests/test_stage_parameters.py::test_readme_configuration_command_runs_through_papermill'
+RUN_BY = {  # a block's marker -> the test that runs it, reading the block from README.md
+    # the quick start: .ci/run makes the venv and installs the dev extra as it says; the test runs the papermill part
+    "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && "
+    ".venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1":
+        'tests/test_one_test_number.py::test_eval_shows_the_train_stages_final_test',
+    'from treetrm.runner import Runner': f'{HERE}::test_notebook_form_runs_in_a_kernel',
+    'import asyncio': f'{HERE}::test_script_form_runs_as_a_script',
+    'treetrm train --run-id v2 -p epochs 3 --config my.yaml': f'{HERE}::test_treetrm_commands_run_as_written',
+    'TREETRM_AGENT_MODEL=Qwen/Qwen2.5-7B-Instruct': f'{HERE}::test_env_file_and_prices_reach_the_split_forecast',
+    '.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 -p backend openai':
+        f'{HERE}::test_own_model_training_command_over_http',
+    '.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 -p backend openai '
+    '-p workspace workspaces/mine': f'{HERE}::test_own_data_training_command_reads_videomme_files',
+    '.venv/bin/papermill nbs/build.ipynb out.ipynb -k python3 -p backend openai -p videos data/videomme/videos':
+        f'{HERE}::test_build_command_over_http',
+    'skill_mode: auto': CONFIGURATION_TEST,
+    ".venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v2 -p config my.yaml -p epochs 4 -p settings "
+    "\"{'train.gate.tau': 0.1}\"": CONFIGURATION_TEST,
+}
+NOT_RUN = {  # a block's marker -> why no test runs it
+    "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/nbdev_test && .venv/bin/pytest -q tests":
+        'the CI command itself: .ci/run makes the venv, installs the dev extra and runs nbdev_test and pytest',
+    'python3 -m venv .venv-llama':
+        'compiles llama.cpp (10-15 min on 2 cores) and serves a real model on port 8080; CI builds the same server '
+        '(.ci/run) and tests/test_real_model.py runs split, train and eval on it (its own world and config); '
+        'test_local_model_recipe_data_and_config runs the recipe\'s world and small.yaml lines',
+    'papermill nbs/bench/loop.ipynb out.ipynb -k python3':
+        'the reduced grid takes about 2 min on 2 idle cores, the full grid hours; '
+        'tests/test_bench_loop.py::test_loop_bench_notebook runs the notebook through papermill on a tiny grid',
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    "A fenced block of README.md."
+    line: int  # the line of its opening fence
+    lang: str  # its info string (bash, python, yaml, ...)
+    text: str  # its lines, each ending in a newline
+
+    @property
+    def marker(self) -> str:
+        "Its first line without a trailing comment, a line continuation or the indentation."
+        return re.sub(r'\s+#.*$|\s*\\$', '', self.text.splitlines()[0]).strip()
+
+
+def readme_blocks(text: str) -> list[Block]:
+    "Every fenced block of a README's text, in order."
+    return [Block(text[:m.start()].count('\n') + 1, m['lang'], m['text'])
+            for m in re.finditer(r'^```(?P<lang>[^\n`]*)\n(?P<text>.*?)^```', text, re.S | re.M)]
+
+
+def readme_block(marker: str) -> str:
+    "The text of the README block with this marker (a KeyError naming it when the README has none)."
+    found = {b.marker: b.text for b in readme_blocks(README.read_text(encoding='utf-8'))}
+    if marker not in found: raise KeyError(f'README.md has no block whose first line is {marker!r}')
+    return found[marker]
+
+
+def copied_lines(test_file: Path, block: Block) -> list[str]:
+    "The block's lines that a test file holds word for word (a copy instead of a read); the registry's markers aside."
+    source, markers = test_file.read_text(encoding='utf-8'), RUN_BY.keys() | NOT_RUN.keys()
+    lines = {l.strip() for l in block.text.splitlines()} - markers
+    return sorted(l for l in lines if len(l) >= 30 and l in source)
+
+
+def runner_problems(block: Block, test_id: str) -> list[str]:
+    "What is wrong with the test registered to run `block`: missing, not reading README.md, or holding a copy."
+    file, name = test_id.split('::')
+    path = ROOT/file
+    if not path.is_file(): return [f'{test_id}: no such file (the test registered for README line {block.line})']
+    source = path.read_text(encoding='utf-8')
+    problems = [] if re.search(rf'^(async )?def {name}\(', source, re.M) else [f'{test_id}: no such test']
+    if 'README' not in source: problems.append(f'{file} does not read README.md')
+    if copy := copied_lines(path, block): problems.append(f'{file} holds a copy of README line(s) {copy}')
+    return problems
+
+
+def unlisted(b: Block) -> str:
+    "What to do about a README block that no test runs and no reason excuses."
+    return (f'README line {b.line}: the ```{b.lang} block starting {b.marker!r} is not run by any test. Add a test '
+            f'that reads it from README.md and runs it, and map the marker to it in RUN_BY in {HERE}, or give the '
+            f'reason it cannot run in CI in NOT_RUN there')
+
+
+def inventory_problems(text: str) -> list[str]:
+    "Every README block that no test runs and no reason excuses, stale entries, and registered tests that are broken."
+    blocks = readme_blocks(text)
+    problems, seen = [], {}
+    for b in blocks:
+        if b.marker in seen: problems.append(f'README lines {seen[b.marker]} and {b.line}: two blocks start with '
+                                             f'{b.marker!r}; give one another first line')
+        seen[b.marker] = b.line
+        if b.marker in RUN_BY: problems += runner_problems(b, RUN_BY[b.marker])
+        elif b.marker not in NOT_RUN: problems.append(unlisted(b))
+    stale = (RUN_BY.keys() | NOT_RUN.keys()) - seen.keys()
+    return problems + [f'{HERE}: no README block starts with {m!r}; update or remove its entry' for m in sorted(stale)]
+
+
+def test_every_readme_block_is_run_or_excused():
+    assert not (RUN_BY.keys() & NOT_RUN.keys())
+    problems = inventory_problems(README.read_text(encoding='utf-8'))
+    assert not problems, '\n'.join(problems)
+
+
+def test_a_new_block_without_an_entry_fails_saying_what_to_do():
+    text = README.read_text(encoding='utf-8') + '\n```bash\ntreetrm frobnicate --all   # new\n```\n'
+    (problem, ) = inventory_problems(text)
+    assert "starting 'treetrm frobnicate --all' is not run by any test" in problem
+    assert 'RUN_BY' in problem and 'NOT_RUN' in problem and HERE in problem
+    stale = inventory_problems(text.replace('```yaml\nskill_mode: auto', '```yaml\nskill_mode: manual'))
+    assert any('no README block starts with' in p and 'skill_mode: auto' in p for p in stale)
+
+
+RULE_FAMILIES = ('gate', 'gepa', 'greedy', 'oracle', 'fixed_n', 'bayes')
+
+
+def benchmark_rule_names(text: str) -> set[str]:
+    "The rule names the benchmark section writes in backticks: snake_case names of the rule families."
+    section = text.split('\n## Benchmark', 1)[1].split('\n## ', 1)[0]
+    prose = re.sub(r'^```.*?^```', '', section, flags=re.S | re.M)
+    words = set(re.findall(r'`([a-z][a-z0-9_]*)`', prose))
+    return {w for w in words if any(w == f or w.startswith(f'{f}_') for f in RULE_FAMILIES)}
+
+
+def test_benchmark_section_names_only_rules_that_exist():
+    names = benchmark_rule_names(README.read_text(encoding='utf-8'))
+    assert {'gate_snapshot', 'oracle_paid', 'fixed_n_free'} <= names  # the check reads the section's rule names
+    known = set(loop_bench.BENCH_RULES) | set(loop_bench.ABLATIONS) | set(loop_bench.CEILINGS)
+    assert not names - known, f'README rule names not in loop_bench: {sorted(names - known)}'
+
+
+def clean_env(**more) -> dict:
+    "This process's environment without TREETRM_ settings, this environment's scripts first on PATH, plus `more`."
+    env = {k: v for k, v in os.environ.items() if not k.startswith('TREETRM_')}
+    return env | {'PATH': f'{Path(sys.executable).parent}{os.pathsep}{env.get("PATH", "")}'} | more
+
+
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    "A folder laid out as a treetrm checkout (links to this one's notebooks, prompts, demo world and environment)."
+    root = tmp_path/'checkout'
+    (root/'data').mkdir(parents=True)
+    shutil.copy(ROOT/'settings.ini', root)
+    for name in ('nbs', 'prompts', 'data/demo'): (root/name).symlink_to(ROOT/name)
+    (root/'.venv').symlink_to(Path(sys.prefix))
+    return root
+
+
+def run_bash(text: str, cwd: Path, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
+    "Run README text with bash in `cwd`, stopping at the first failing command; it must succeed."
+    done = subprocess.run(['bash', '-e', '-c', text], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f'{text}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}'
+    return done
+
+
+def notebook_text(path: Path) -> str:
+    "The text and plain-text outputs of an executed notebook."
+    cells = json.loads(path.read_text())['cells']
+    outputs = [o for c in cells if c['cell_type'] == 'code' for o in c.get('outputs', [])]
+    return ''.join(''.join(o.get('text', '')) + ''.join(o.get('data', {}).get('text/plain', '')) for o in outputs)
+
+
+def check_artifact(folder: Path, run_dir: Path):
+    "An exported artifact holds the run's metrics, and its manifest's sha256 of every file is the file's."
+    assert read_json(folder/'metrics.json') == read_json(run_dir/'metrics.json')
+    listed = read_json(folder/'manifest.json')['files']
+    on_disk = {str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file()}
+    assert set(listed) == on_disk - {'manifest.json'} and 'provenance.json' in listed
+    for name, sha in listed.items(): assert hashlib.sha256((folder/name).read_bytes()).hexdigest() == sha, name
+
+
+def test_script_form_runs_as_a_script(tmp_path):
+    "`python train.py` from an empty folder: the demo trains, a bar shows steps and an ETA, the run is exported."
+    (tmp_path/'train.py').write_text(readme_block('import asyncio'))
+    done = subprocess.run([sys.executable, 'train.py'], cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r'train v1: .*\| *\d+/\d+ \[\d+:\d+<\d+:\d+', done.stderr)  # planned steps, elapsed<remaining
+    check_artifact(tmp_path/'artifact', tmp_path/'my_ws'/'runs'/'v1')
+
+
+def test_notebook_form_runs_in_a_kernel(tmp_path):
+    "The notebook form as one cell of a notebook (top-level await), executed from an empty folder."
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(readme_block('from treetrm.runner import Runner'))])
+    nb.metadata['kernelspec'] = {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'}
+    nbformat.write(nb, tmp_path/'form.ipynb')
+    pm.execute_notebook(str(tmp_path/'form.ipynb'), str(tmp_path/'out.ipynb'), kernel_name='python3',
+                        cwd=str(tmp_path), progress_bar=False)
+    outputs = json.loads((tmp_path/'out.ipynb').read_text())['cells'][0]['outputs']
+    shown = [''.join(o.get('data', {}).get('text/markdown', '')) for o in outputs]
+    assert any(s.startswith('### v1 · step ') for s in shown) and any(s.startswith('### v1 · epoch ') for s in shown)
+    assert any('image/png' in o.get('data', {}) for o in outputs)  # the reports' figures, inline
+    check_artifact(tmp_path/'artifact', tmp_path/'my_ws'/'runs'/'v1')
+
+
+def test_treetrm_commands_run_as_written(checkout):
+    "The `treetrm` block word for word in a checkout, `my.yaml` being the configuration section's YAML."
+    block = readme_block('treetrm train --run-id v2 -p epochs 3 --config my.yaml')
+    (checkout/'my.yaml').write_text(readme_block('skill_mode: auto'))
+    done = run_bash(block, checkout, clean_env(TREETRM_ROOT=str(checkout)))
+    reports = re.findall(r'# report: (\S+)', block)
+    assert len(reports) == 2 and all((checkout/r).is_file() for r in reports)  # where the comments say
+    frozen = read_json(checkout/'workspaces'/'demo'/'runs'/'v2'/'checkpoint.json')['state']['structural']['config']
+    assert (frozen['epochs'], frozen['max_calls'], frozen['gate']['alpha']) == (3, 20000, 0.05)  # -p and my.yaml
+    assert "the train stage's final test" in notebook_text(checkout/reports[1])
+    stages = re.search(r'# the stages \(([^)]*)\)', block)[1].split(', ')
+    assert all(f'{s} (nbs/{s}.ipynb):' in done.stdout for s in stages) and len(stages) == 4
+
+
+def price_names() -> list[str]:
+    "The price variables' suffixes, from the README's table of optional per-role variables."
+    (row, ) = [l for l in README.read_text(encoding='utf-8').splitlines() if l.startswith('| `_PRICE_IN`')]
+    return re.findall(r'`(_PRICE_\w+)`', row.split('|')[1])
+
+
+def test_env_file_and_prices_reach_the_split_forecast(checkout):
+    "The README's `.env` at the project root, prices by the table's variables: the split's dry run costs the roles."
+    (price_in, price_out) = price_names()
+    judge_prices = f'TREETRM_JUDGE{price_in}=0.27\nTREETRM_JUDGE{price_out}=1.10\n'  # .env too, as the issue asks
+    (checkout/'.env').write_text(readme_block('TREETRM_AGENT_MODEL=Qwen/Qwen2.5-7B-Instruct') + judge_prices)
+    env = clean_env(TREETRM_ROOT=str(checkout), **{f'TREETRM_AGENT{price_in}': '0.5', f'TREETRM_AGENT{price_out}': '2'})
+    run_bash('.venv/bin/papermill nbs/split.ipynb out.ipynb -k python3 -p backend openai -p dry_run True',
+             checkout, env, timeout=300)
+    shown = notebook_text(checkout/'out.ipynb')
+    assert "agent model 'Qwen/Qwen2.5-7B-Instruct'" in shown and "judge 'deepseek-chat'" in shown  # read from .env
+    for role, per_million in (('agent', 0.5), ('judge', 0.27)):  # the forecast counts input tokens only
+        tokens, cost = re.search(rf'{role} +[\d,]+ calls +([\d,]+) tokens +cost ([\d.]+) USD', shown).groups()
+        assert float(cost) == round(int(tokens.replace(',', '')) * per_million / 1e6, 4) > 0
+    assert 'sk-...' not in shown  # the keys are not shown
+    log = HarnessLog(checkout/'workspaces'/'demo'/'harness.db')
+    try: assert log.frame('llm_calls').height == 0  # a dry run calls no model
+    finally: log.close()
+
+
+def sim_roles_env(url: str, roles=('agent', 'judge', 'evolver')) -> dict:
+    "The `TREETRM_<ROLE>_*` variables that send each role to the sim server's model of that role."
+    return {f'TREETRM_{r.upper()}_{k}': v for r in roles
+            for k, v in (('MODEL', f'sim-{r}'), ('BASE_URL', url), ('API_KEY', 'sk-readme-test'))}
+
+
+def check_trained_over_http(ws: Path, srv, n_questions: int):
+    "The run finished, every question had a baseline answer, and every model call went to the sim server."
+    assert read_json(ws/'runs'/'v1'/'metrics.json')['run_id'] == 'v1'
+    log = HarnessLog(ws/'harness.db')
+    try:
+        base, calls = log.predictions('baseline'), log.frame('llm_calls')
+        assert base.height == n_questions and not base['stop_reason'].is_in(['error', 'parse_error']).any()
+        assert set(calls['model']) == {'sim-agent', 'sim-judge', 'sim-evolver'}
+        assert srv.stats['ok'] == calls.filter(pl.col('status') == 'ok').height > 0
+    finally: log.close()
+
+
+def test_own_model_training_command_over_http(checkout):
+    "The `backend openai` command on a sim world at data/mybench, every role served over HTTP."
+    world = make_world(checkout/'data'/'mybench', seed=0, n_videos=8)
+    block = readme_block('.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 -p backend openai')
+    with serve(world_dir=world) as srv:
+        run_bash(block.rstrip() + ' ' + ' '.join(SMALL), checkout,
+                 clean_env(TREETRM_ROOT=str(checkout), **sim_roles_env(srv.base_url)))
+        check_trained_over_http(checkout/'workspaces'/'mine', srv, len(load_questions(world/'questions.jsonl')))
+    assert (checkout/'out.ipynb').is_file()
+
+
+def write_videomme_parquet(questions_jsonl: Path, out: Path) -> Path:
+    "Questions written as Hugging Face Video-MME's parquet: its columns, `videoID` the tree key."
+    rows = [dict(video_id=f'{i:03d}', videoID=q.video_id, question_id=q.question_id, task_type=q.task_type,
+                 question=q.question, options=list(q.options), answer=q.answer)
+            for i, q in enumerate(load_questions(questions_jsonl), 1)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame(rows).write_parquet(out)
+    return out
+
+
+def test_own_data_training_command_reads_videomme_files(checkout, tmp_path):
+    "The Video-MME command on a parquet and trees at the paths it names, every role served over HTTP."
+    world, videomme = make_world(tmp_path/'world', seed=0, n_videos=8), checkout/'data'/'videomme'
+    write_videomme_parquet(world/'questions.jsonl', videomme/'test-00000-of-00001.parquet')
+    shutil.copytree(world/'trees', videomme/'trees')
+    block = readme_block('.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 -p backend openai '
+                         '-p workspace workspaces/mine')
+    with serve(world_dir=world) as srv:
+        run_bash(block.rstrip() + ' ' + ' '.join(SMALL), checkout,
+                 clean_env(TREETRM_ROOT=str(checkout), **sim_roles_env(srv.base_url)))
+        check_trained_over_http(checkout/'workspaces'/'mine', srv, len(load_questions(world/'questions.jsonl')))
+
+
+def test_build_command_over_http(checkout):
+    "The build command word for word on two clips, their parquet and subtitles, the vision role over HTTP."
+    videomme = checkout/'data'/'videomme'
+    videos = make_synthetic_videos(videomme/'videos', n_videos=2, n_shots=2, seconds=6.0)
+    write_videomme_parquet(videos/'questions.jsonl', videomme/'test-00000-of-00001.parquet')
+    (videos/'questions.jsonl').unlink()
+    (videomme/'subtitles').mkdir()
+    for srt in videos.glob('*.srt'): srt.rename(videomme/'subtitles'/srt.name)
+    block = readme_block('.venv/bin/papermill nbs/build.ipynb out.ipynb -k python3 -p backend openai '
+                         '-p videos data/videomme/videos')
+    with serve() as srv:
+        run_bash(block, checkout, clean_env(TREETRM_ROOT=str(checkout), **sim_roles_env(srv.base_url, ('vision', ))))
+        assert srv.stats['ok'] > 0
+    for v in range(2):
+        tree, shots = load_tree(videomme/'trees'/f'synth{v:02d}'), synthetic_shots(v, 2, 6.0)
+        assert [e.card['visible_text'] for e in tree.level(2)] == [s.text for s in shots]  # read by sim-vision
+        cues = parse_subtitles(videomme/'subtitles'/f'synth{v:02d}.srt')
+        assert all(any(c.text in n.subtitle for n in tree.level(2)) for c in cues)  # from the subtitles folder
+
+
+def test_local_model_recipe_data_and_config(tmp_path):
+    "The llama.cpp recipe's lines that need no server: its world has the questions it says, small.yaml is a config."
+    block = readme_block('python3 -m venv .venv-llama')
+    world_line = next(l for l in block.splitlines() if 'treetrm.sim_server world' in l)
+    yaml_part = block[block.index('cat > small.yaml'):block.index('\nYAML\n') + len('\nYAML\n')]
+    (tmp_path/'.venv').symlink_to(Path(sys.prefix))
+    run_bash(world_line + '\n' + yaml_part, tmp_path, clean_env())
+    said = int(re.search(r'# (\d+) questions', world_line)[1])
+    assert len(load_questions(tmp_path/'data'/'small'/'questions.jsonl')) == said
+    config = load_config(tmp_path/'small.yaml')
+    assert (config.train.epochs, config.train.max_steps, config.split.test_ratio) == (1, 1, 0.34)
