@@ -50,6 +50,7 @@ RUN_BY = {  # a block's marker -> the test that runs it, reading the block from 
     '-p workspace workspaces/mine': f'{HERE}::test_own_data_training_command_reads_videomme_files',
     '.venv/bin/papermill nbs/build.ipynb out.ipynb -k python3 -p backend openai -p videos data/videomme/videos':
         f'{HERE}::test_build_command_over_http',
+    'papermill nbs/bench/loop.ipynb out.ipynb -k python3': f'{HERE}::test_reduced_benchmark_grid_runs_as_written',
     'skill_mode: auto': CONFIGURATION_TEST,
     ".venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v2 -p config my.yaml -p epochs 4 -p settings "
     "\"{'train.gate.tau': 0.1}\"": CONFIGURATION_TEST,
@@ -61,9 +62,6 @@ NOT_RUN = {  # a block's marker -> why no test runs it
         'compiles llama.cpp (10-15 min on 2 cores) and serves a real model on port 8080; CI builds the same server '
         '(.ci/run) and tests/test_real_model.py runs split, train and eval on it (its own world and config); '
         'test_local_model_recipe_data_and_config runs the recipe\'s world and small.yaml lines',
-    'papermill nbs/bench/loop.ipynb out.ipynb -k python3':
-        'the reduced grid takes about 2 min on 2 idle cores, the full grid hours; '
-        'tests/test_bench_loop.py::test_loop_bench_notebook runs the notebook through papermill on a tiny grid',
 }
 
 
@@ -352,3 +350,16 @@ def test_local_model_recipe_data_and_config(tmp_path):
     assert len(load_questions(tmp_path/'data'/'small'/'questions.jsonl')) == said
     config = load_config(tmp_path/'small.yaml')
     assert (config.train.epochs, config.train.max_steps, config.split.test_ratio) == (1, 1, 0.34)
+
+
+def test_reduced_benchmark_grid_runs_as_written(checkout):
+    "The benchmark block's first line word for word in a checkout: the reduced grid, one cell, 3 world seeds, every"
+    " rule. Its second line is the same notebook with `-p full True` (12 cells × 10 seeds: hours, a benchmark run)."
+    block = readme_block('papermill nbs/bench/loop.ipynb out.ipynb -k python3')
+    reduced, full = block.splitlines()[:2]
+    assert full.startswith(reduced.split('#')[0].strip() + ' -p full True')
+    run_bash(reduced, checkout, clean_env(TREETRM_ROOT=str(checkout)), timeout=1800)
+    summary = read_json(checkout/'workspaces'/'bench'/'loop.json')  # where the notebook's `out` says
+    (cell, ) = summary['cells']
+    assert cell['seeds'] == [0, 1, 2] and set(cell['rules']) == set(loop_bench.BENCH_RULES)
+    assert (checkout/'out.ipynb').is_file()
