@@ -28,7 +28,8 @@ from .workspace import Workspace, BASELINE_RUN
 from .acceptance import Acceptance, GateRequest
 from .train_run import (TrainRun, apply_batch_correctness, guard_infra, tick_cooldowns, should_stop_early,
                                probation_pairs, rule_kinds, pool_accuracy, start_epoch, epoch_ladders, type_gate_params,
-                               gate_history, role_usage, discordance_estimate, type_counts)
+                               gate_history, role_usage, discordance_estimate, type_counts,
+                               ungated_reason)
 from . import report
 
 # %% auto #0
@@ -59,7 +60,7 @@ class StepType:
 
 STEP_SKIPS = (  # (decision, holds, reason): the first row that holds says why the type gets no proposal this step
     ('not_gated', lambda t: not t.gated,
-     lambda t: f'not gated: {t.units} validation units, below train.min_ladder_units = {t.min_units}'),
+     lambda t: f'not gated: {ungated_reason(t.units, t.min_units)}'),
     ('no_ladder', lambda t: not t.ladder, lambda t: 'no validation units on its ladder this epoch'),
     ('on_probation', lambda t: t.on_trial, lambda t: 'an edit of this type is on probation until the epoch ends'),
     ('cooling_down', lambda t: t.cooldown > 0,

@@ -34,10 +34,10 @@ from . import report
 # %% auto #0
 __all__ = ['MIN_HISTORY_UNITS', 'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early',
            'probation_pairs', 'rule_kinds', 'TrainRun', 'attempt_run_id', 'agent_samples', 'probation_design',
-           'type_counts', 'open_train_run', 'gating_frame', 'ungated_note', 'pool_accuracy', 'start_correctness',
-           'initial_state', 'split_reserve', 'cap_ladder', 'start_epoch', 'evidence_cap', 'discordance_estimate',
-           'gate_history', 'type_gate_params', 'epoch_ladders', 'role_usage', 'scaled_usage', 'forecast_usage',
-           'shown_usage', 'forecast']
+           'type_counts', 'open_train_run', 'ungated_reason', 'gating_frame', 'ungated_note', 'pool_accuracy',
+           'start_correctness', 'initial_state', 'split_reserve', 'cap_ladder', 'start_epoch', 'evidence_cap',
+           'discordance_estimate', 'gate_history', 'type_gate_params', 'epoch_ladders', 'role_usage', 'scaled_usage',
+           'forecast_usage', 'shown_usage', 'forecast']
 
 # %% ../nbs/16e_train_run.ipynb #543eb5e7
 def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> correct before the rollout
@@ -215,11 +215,17 @@ def check_trainable(self:Workspace, config:TrainConfig|None=None # the run's set
         'not gated, and a short ladder rarely confirms an edit)', field='train.min_ladder_units'))
 
 # %% ../nbs/16e_train_run.ipynb #655ccbe6
+def ungated_reason(units:int, # a type's validation units
+                   min_units:int # train.min_ladder_units
+                  ) -> str:
+    "Why a type with `units` validation units is not gated."
+    return f'{units} validation units, below train.min_ladder_units = {min_units}'
+
 def gating_frame(sizes:dict[str, int], # task type -> validation units (`check_trainable`)
                  min_units:int # train.min_ladder_units
                 ) -> pl.DataFrame:
     "One row per task type: its validation units, whether the gate takes it and, when not, why."
-    why = lambda n: None if n >= min_units else f'{n} validation units, below train.min_ladder_units = {min_units}'
+    why = lambda n: None if n >= min_units else ungated_reason(n, min_units)
     rows = [dict(task_type=t, validation_units=n, gated=n >= min_units, why_not=why(n))
             for t, n in sorted(sizes.items())]
     return pl.DataFrame(rows, schema=dict(task_type=pl.String, validation_units=pl.Int64, gated=pl.Boolean,
