@@ -9,7 +9,7 @@ STAGE = {'split.ipynb', 'train.ipynb', 'eval.ipynb', 'build.ipynb'}
 
 def cells(nb_path): return json.loads(nb_path.read_text())['cells']
 def all_notebooks(): return sorted(p for p in NBS.rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)
-def is_stage(p): return p.name in STAGE or p.parent.name == 'bench'
+def is_stage(p): return p.name in STAGE or p.parent.name in ('bench', 'examples')
 
 def test_library_notebooks_export_a_module():
     libs = [p for p in all_notebooks() if not is_stage(p) and p.name != 'index.ipynb']
@@ -39,7 +39,7 @@ def test_stage_notebook_shape(nb):
 import ast, io, re, tokenize
 
 PKG = ROOT/'treetrm'
-SIM_SIDE = {'bench', 'loop_bench', 'gepa_engine', 'realism'}  # benchmarks and the simulator itself may import it
+SIM_SIDE = {'bench', 'loop_bench', 'gepa_engine', 'realism', 'noise'}  # benchmarks and the simulator itself may import it
 
 def module_order():
     "module name -> (position of its notebook in sorted order, notebook name)"
@@ -48,6 +48,10 @@ def module_order():
         m = re.search(r'#\|\s*default_exp\s+(\S+)', ''.join(cells(p)[0]['source']))
         if m: order[m.group(1)] = (i, p.name)
     return order
+
+def module_path(module):
+    "The file of a treetrm module name ('gate', 'integrations.gepa')."
+    return PKG/(module.replace('.', '/') + '.py')
 
 def treetrm_imports(path):
     "Names of treetrm modules imported by the module at `path` (relative or absolute imports)."
@@ -61,17 +65,17 @@ def treetrm_imports(path):
 def test_no_module_imports_upward():
     order = module_order()
     bad = [f'{m} ({nb}) imports {n} ({order[n][1]})' for m, (i, nb) in order.items()
-           for n in treetrm_imports(PKG/f'{m}.py') if n in order and order[n][0] > i]
+           for n in treetrm_imports(module_path(m)) if n in order and order[n][0] > i]
     assert not bad, 'a module may import only modules whose notebook sorts before its own:\n' + '\n'.join(bad)
 
 def test_production_code_reaches_the_simulator_only_through_the_registry():
     order = module_order()
     sim = {m for m in order if m.split('_')[0] == 'sim'}
-    bad = [f'{m} imports {n}' for m in order if m not in sim | SIM_SIDE for n in treetrm_imports(PKG/f'{m}.py') if n in sim]
+    bad = [f'{m} imports {n}' for m in order if m not in sim | SIM_SIDE for n in treetrm_imports(module_path(m)) if n in sim]
     assert sim and not bad, 'choose a backend with treetrm.llm.make_providers, never by importing the simulator:\n' + '\n'.join(bad)
 
 def test_no_library_module_over_700_lines():
-    sizes = {p.name: len(p.read_text().splitlines()) for p in PKG.glob('*.py') if p.name != '_modidx.py'}
+    sizes = {p.name: len(p.read_text().splitlines()) for p in PKG.rglob('*.py') if p.name != '_modidx.py'}
     assert sizes and not {k: v for k, v in sizes.items() if v > 700}, {k: v for k, v in sizes.items() if v > 700}
 
 def semicolons(code):

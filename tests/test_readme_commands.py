@@ -56,6 +56,9 @@ RUN_BY = {  # a block's marker -> the test that runs it, reading the block from 
     "\"{'train.gate.tau': 0.1}\"": CONFIGURATION_TEST,
 }
 NOT_RUN = {  # a block's marker -> why no test runs it
+    'import gepa': 'a sketch with the user\'s adapter and data; the same calls run in nbs/17aa_gepa_acceptance.ipynb '
+                   '(nbdev_test: gepa.optimize with EValueAcceptance, then confirm_best) and nbs/examples/dspy_gepa.ipynb '
+                   '(tests/test_gepa_integration.py)',
     "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/nbdev_test && .venv/bin/pytest -q tests":
         'the CI command itself: .ci/run makes the venv, installs the dev extra and runs nbdev_test and pytest',
     'python3 -m venv .venv-llama':
@@ -160,7 +163,7 @@ def benchmark_rule_names(text: str) -> set[str]:
 def test_benchmark_section_names_only_rules_that_exist():
     names = benchmark_rule_names(README.read_text(encoding='utf-8'))
     assert {'gate_snapshot', 'oracle_paid', 'fixed_n_free'} <= names  # the check reads the section's rule names
-    known = set(loop_bench.BENCH_RULES) | set(loop_bench.ABLATIONS) | set(loop_bench.CEILINGS)
+    known = set(loop_bench.BENCH_RULES) | set(loop_bench.ABLATIONS) | set(loop_bench.CEILINGS) | set(loop_bench.ENGINE_RULES)
     assert not names - known, f'README rule names not in loop_bench: {sorted(names - known)}'
 
 

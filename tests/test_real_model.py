@@ -155,3 +155,20 @@ def test_split_train_eval_on_a_real_model(server, tmp_path, monkeypatch):
     again = HarnessLog(ws/'harness.db').frame('llm_calls')
     assert again.filter(pl.col('status') == 'ok').height == n_ok
     assert again.filter(pl.col('status') == 'cache_hit').height > calls.filter(pl.col('status') == 'cache_hit').height
+
+
+def test_noise_measurement_on_a_real_model(server, tmp_path):
+    "The noise benchmark notebook (nbs/bench/noise.ipynb) runs against the llama.cpp server, reduced, and writes its JSON."
+    out = tmp_path/'noise.json'
+    pm.execute_notebook(str(NBS/'bench'/'noise.ipynb'), str(tmp_path/'noise.ipynb'), kernel_name='python3', cwd=str(NBS/'bench'),
+                        progress_bar=False,
+                        parameters=dict(base_url=server, model=MODEL, n_questions=3, n_tool_questions=1, temperatures=[0.7],
+                                        workdir=str(tmp_path/'work'), draws=str(tmp_path/'draws.jsonl'), out=str(out)))
+    rows = json.loads(out.read_text())['rows']
+    assert {(r['agent'], r['edit']) for r in rows} == {(a, e) for a in ('one_call', 'tools') for e in ('null', 'real')}
+    draws = [json.loads(line) for line in (tmp_path/'draws.jsonl').read_text().splitlines()]
+    assert len(draws) == 3 * 7 + 1 * 6  # 3 texts x 2 seeds (+ the probe) a question; the tool agent has no probe
+    one_call = next(r for r in rows if r['agent'] == 'one_call')
+    # llama.cpp seeds its sampler from the request's seed and serves one request at a time: the probe repeats exactly
+    assert one_call['same_seed_agree'] == 1.0, one_call
+    assert one_call['no_answer'] == 0.0  # the reply format is a grammar on llama.cpp: every reply names a letter

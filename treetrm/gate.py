@@ -17,8 +17,9 @@ __all__ = ['ALPHA_DIAL', 'GATE_EXITS', 'RULE_DECISIONS', 'EXIT_INDEX', 'DECISION
            'e_value_plus', 'e_value_minus', 'mcnemar_exact_one_sided', 'log_e_value_futility', 'calibrated_threshold',
            'round_cap', 'confirm_log_threshold', 'detectable_q', 'look_detectable_q', 'min_effect_q_for',
            'gate_at_alpha', 'confirm_chance', 'harm_q', 'alpha_for_harm', 'GateState', 'GateExit', 'exit_index',
-           'GateVerdict', 'shrunk_delta', 'gate_state', 'gate_decision', 'paired_differences', 'flip_counts',
-           'PairBlock', 'pair_block', 'quadrant', 'Quadrants', 'classify_quadrants', 'probation_decision']
+           'GateVerdict', 'shrunk_delta', 'gate_state', 'gate_decision', 'log_betting_e_process', 'bounded_decision',
+           'paired_differences', 'flip_counts', 'PairBlock', 'pair_block', 'quadrant', 'Quadrants',
+           'classify_quadrants', 'probation_decision']
 
 # %% ../nbs/11_gate.ipynb #6445d60d
 class GateInputError(DataError, ValueError):
@@ -466,6 +467,44 @@ def gate_decision(w:int, # W: units the baseline got wrong and the candidate rig
     reason = f'W={w} L={l} after {n_used} units ({n_remaining} left): ' + row.why(s, params)
     return GateVerdict(row.decision, _plain(s.log_ep), _plain(s.log_em), (w - l)/n_used if n_used else 0.0,
                        shrunk_delta(w, l, n_used, params.tau), reason, float(s.log_ep), float(s.log_em))
+
+# %% ../nbs/11_gate.ipynb #1ba0b109
+def log_betting_e_process(d, # paired differences c - b in [-1, 1], in the order drawn (one sequence or rows of them)
+                          max_bet:float=0.5 # c: the largest share bet on one difference (< 1)
+                         ) -> np.ndarray:
+    "log K_t after each difference of the betting e-process for H0: E[d] <= 0 (aGRAPA bets, predictable)."
+    d = np.atleast_1d(np.asarray(d, float))
+    if d.size and (not np.all(np.isfinite(d)) or np.abs(d).max() > 1):
+        raise GateInputError(where('paired differences must lie in [-1, 1]',
+                                   'Scores must lie in [0, 1]; rescale a metric on another range', field='d'))
+    if not 0 <= max_bet < 1: raise ConfigError(where(f'max_bet must lie in [0, 1), got {max_bet!r}', field='max_bet'))
+    t = np.arange(1, d.shape[-1] + 1)
+    mean = np.cumsum(d, axis=-1) / (t + 1)  # shrunk towards 0 by one pseudo-observation
+    prev_mean = np.concatenate([np.zeros(d.shape[:-1] + (1,)), mean[..., :-1]], axis=-1)
+    var = (0.25 + np.cumsum((d - prev_mean)**2, axis=-1)) / (t + 1)  # shrunk towards 1/4
+    prev_var = np.concatenate([np.full(d.shape[:-1] + (1,), 0.25), var[..., :-1]], axis=-1)
+    bet = np.clip(prev_mean / (prev_var + prev_mean**2), 0, max_bet)
+    return np.cumsum(np.log1p(bet * d), axis=-1)
+
+def bounded_decision(d, # paired differences c - b in [-1, 1] so far, in the order drawn
+                     n_remaining:int, # pairs still available
+                     alpha:float=0.05, # confirm when K+ reaches 1/alpha
+                     alpha_dir:float=0.05, # reject as harmful when K- (the process on -d) reaches 1/alpha_dir
+                     min_n:int=20 # no early exit before this many pairs
+                    ) -> tuple[str, str]:
+    "(decision, reason) of the betting e-processes on bounded outcomes: confirm, harm, out of evidence, or continue."
+    d = np.asarray(d, float)
+    n = d.size
+    up = float(log_betting_e_process(d)[-1]) if n else 0.0
+    down = float(log_betting_e_process(-d)[-1]) if n else 0.0
+    mean = d.mean() if n else 0.0
+    counts = f'{n} pairs, mean difference {mean:+.3f}, K+ = {math.exp(up):.3g}, K- = {math.exp(down):.3g}'
+    may_stop = n >= min_n or n_remaining == 0
+    if may_stop and up >= -math.log(alpha): return 'accept_confirmed', f'{counts}: K+ >= 1/alpha = {1/alpha:.3g}'
+    if may_stop and down >= -math.log(alpha_dir):
+        return 'reject_directional', f'{counts}: K- >= 1/alpha_dir = {1/alpha_dir:.3g}: the candidate is worse'
+    if n_remaining == 0: return 'reject_inertia', f'{counts}: no evidence left without confirmation'
+    return 'continue', f'{counts}; keep drawing pairs'
 
 # %% ../nbs/11_gate.ipynb #9da51f05
 def paired_differences(pairs # (base_correct, cand_correct) per paired unit

@@ -4,7 +4,7 @@
 
 # %% ../nbs/17a_gepa_engine.ipynb #bea280c6
 from __future__ import annotations
-import asyncio, shutil, time
+import asyncio, random, shutil, time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +25,7 @@ from .runner import Runner
 # %% auto #0
 __all__ = ['gepa_task_types', 'seed_candidate', 'gepa_sets', 'candidate_dir', 'example_score', 'trajectories', 'WatchedBudget',
            'BudgetStopper', 'private_loop', 'check_no_running_loop', 'GepaRun', 'reflective_dataset', 'propose_text',
-           'MissedComponentSelector', 'TreeTrmAdapter', 'GepaEngineResult', 'calls_by_role', 'best_index',
+           'MissedComponentSelector', 'TreeTrmAdapter', 'GepaEngineResult', 'calls_by_role', 'best_index', 'held_out',
            'run_gepa_engine', 'gepa_engine_train']
 
 # %% ../nbs/17a_gepa_engine.ipynb #276cbc09
@@ -133,6 +133,7 @@ class GepaRun:
     reflections: int = 0 # proposals asked of the judge and evolver so far
     proposals: int = 0 # proposals that changed a text
     cut_short: set = field(default_factory=set) # hashes of candidates whose validation pass lost calls to the budget
+    holdout: tuple = () # validation questions kept from GEPA for a final pick
 
     @property
     def prefix(self) -> str: return TrainRunId(self.run_id).gepa()
@@ -237,6 +238,7 @@ class GepaEngineResult:
     val_scores: tuple = () # validation aggregate of every pool candidate, the seed first
     budget_spent: bool = False # the run ended because the call budget was spent
     components: tuple = () # the skill files GEPA optimised
+    final_pick: str = '' # what a final pick on the holdout decided ('' when there was none)
 
     def table(self) -> pl.DataFrame:
         "One row per pool candidate: its validation score and whether it is the best."
@@ -290,35 +292,62 @@ class _Iterations:
     def on_iteration_start(self, event): self.n += 1
 
 # %% ../nbs/17a_gepa_engine.ipynb #9b224d78
-def _optimize(ctx:GepaRun, train:list, val:list, *, max_calls:int, minibatch:int, module_selector:str,
-              iterations:_Iterations):
-    "GEPA's engine over the adapter, with GEPA's acceptance, selection and sampling."
+def _optimize(ctx:GepaRun, adapter:TreeTrmAdapter, train:list, val:list, *, max_calls:int, minibatch:int,
+              module_selector:str, iterations:_Iterations, acceptance=None):
+    "GEPA's engine over the adapter, with GEPA's selection and sampling, and its acceptance unless one is given."
+    criterion = 'strict_improvement' if acceptance is None else acceptance(ctx, adapter, train, val, max_calls)
     return gepa.optimize(seed_candidate(ctx.seed_files, sorted(ctx.types.values())), trainset=train, valset=val,
-                         adapter=TreeTrmAdapter(ctx), reflection_lm=None, candidate_selection_strategy='pareto',
+                         adapter=adapter, reflection_lm=None, candidate_selection_strategy='pareto',
                          reflection_minibatch_size=minibatch, module_selector=_selector(module_selector, ctx.types),
-                         acceptance_criterion='strict_improvement', max_metric_calls=max_calls,
+                         acceptance_criterion=criterion, max_metric_calls=max_calls,
                          stop_callbacks=[BudgetStopper(ctx.budget)], logger=_Quiet(), callbacks=[iterations],
                          run_dir=None, display_progress_bar=False, track_best_outputs=False, seed=ctx.seed,
                          raise_on_exception=True)
 
-def _result(ctx:GepaRun, res, iterations:int, wall_s:float) -> GepaEngineResult:
-    "The run's result: GEPA's best complete candidate as a complete skill set, and the run's counts."
+def _best_complete(ctx:GepaRun, res) -> int:
+    "GEPA's best candidate among those whose validation pass was complete (the seed always is)."
     scores = [float(s) for s in res.val_aggregate_scores]
-    complete = [i for i, c in enumerate(res.candidates) if i == 0 or sha256_json(dict(c)) not in ctx.cut_short]
-    best = best_index(scores, complete)
-    return GepaEngineResult(best_files=ctx.seed_files | dict(res.candidates[best]),
+    return best_index(scores, [i for i, c in enumerate(res.candidates)
+                               if i == 0 or sha256_json(dict(c)) not in ctx.cut_short])
+
+def _result(ctx:GepaRun, res, iterations:int, wall_s:float, best:int, picked:dict|None=None,
+            final_pick:str='') -> GepaEngineResult:
+    "The run's result: the delivered candidate (GEPA's best complete one, or the final pick's) as a complete skill set."
+    scores = [float(s) for s in res.val_aggregate_scores]
+    chosen = dict(res.candidates[best]) if picked is None else picked
+    return GepaEngineResult(best_files=ctx.seed_files | chosen,
                             calls=calls_by_role(ctx.runner.log, ctx.prefix), candidates=len(res.candidates) - 1,
                             iterations=iterations, proposals=ctx.proposals,
                             metric_calls=int(res.total_metric_calls or 0), best_val_score=scores[best],
                             wall_s=round(wall_s, 3), best_index=best, val_scores=tuple(scores),
-                            budget_spent=ctx.budget.spent, components=tuple(sorted(ctx.types)))
+                            budget_spent=ctx.budget.spent, components=tuple(sorted(ctx.types)), final_pick=final_pick)
 
 # %% ../nbs/17a_gepa_engine.ipynb #3a910948
+def held_out(val:list, # GEPA's validation questions
+             share:float, # the share kept from GEPA (0: none)
+             seed:int=0 # which ones: a seeded draw
+            ) -> tuple[list, list]:
+    "(questions GEPA validates on, questions kept from it for a final pick), each in the pool's order."
+    if not 0 <= share < 1: raise ConfigError(where(f'holdout_share must lie in [0, 1), got {share!r}',
+                                                  field='holdout_share'))
+    kept = set(random.Random(stable_seed(seed, 'holdout')).sample(range(len(val)), round(share * len(val))))
+    return [q for i, q in enumerate(val) if i not in kept], [q for i, q in enumerate(val) if i in kept]
+
+def _final_pick(ctx:GepaRun, adapter:TreeTrmAdapter, res, best:int, final_pick, reserve:int) -> tuple[dict|None, str]:
+    "The final pick's candidate and reason, paid from the calls reserved for it (None, '' without one)."
+    if final_pick is None: return None, ''
+    ctx.budget.limit += reserve
+    seed = seed_candidate(ctx.seed_files, sorted(ctx.types.values()))
+    return final_pick(adapter, dict(res.candidates[best]), seed, list(ctx.holdout))
+
 def run_gepa_engine(runner:Runner, # a treetrm.runner.Runner whose split() has been done (pools frozen)
                     run_id:str, # a fresh run id; every model call is filed under run ids starting with it
                     *, max_calls:int, # hard budget: model calls of every role together (agent, judge, evolver)
                     seed:int=0, minibatch:int=3, # GEPA's reflection minibatch size
-                    module_selector:str='missed' # 'missed' (next component with a miss), GEPA's 'round_robin' or 'all'
+                    module_selector:str='missed', # 'missed' (next component with a miss), GEPA's 'round_robin' or 'all'
+                    acceptance=None, # (ctx, adapter, trainset, valset, max_calls) -> a GEPA acceptance criterion
+                    final_pick=None, # (adapter, best, seed, holdout) -> (candidate, reason); None: GEPA's pick
+                    holdout_share:float=0.0 # share of the validation pool kept from GEPA for `final_pick`
                    ) -> GepaEngineResult:
     "Optimise the runner's skills with GEPA's engine within `max_calls` model calls (synchronous)."
     check_no_running_loop('run_gepa_engine')
@@ -329,18 +358,26 @@ def run_gepa_engine(runner:Runner, # a treetrm.runner.Runner whose split() has b
     if not types: raise ConfigError(where('no task type has questions in both the diagnosis and the validation pool',
                                           'Use a larger benchmark or change the split', workspace=runner.workspace))
     train, val = gepa_sets(runner, types.values())
+    val, holdout = held_out(val, holdout_share, seed)
+    reserve = 2 * len(holdout) if final_pick else 0  # both arms of the final pick, one agent call an answer
+    check_count(max_calls - reserve, 'max_calls less the final pick\'s reserve')
     files = runner.skills.read_files(runner.resolve_version('seed'))
-    t0, budget, iterations = time.monotonic(), WatchedBudget(max_calls), _Iterations()
+    t0, budget, iterations = time.monotonic(), WatchedBudget(max_calls - reserve), _Iterations()
     with private_loop() as loop, call_budget(budget):
-        ctx = GepaRun(runner, run_id, files, types, tuple(q.question_id for q in val), budget, loop, seed)
+        ctx = GepaRun(runner, run_id, files, types, tuple(q.question_id for q in val), budget, loop, seed,
+                      holdout=tuple(holdout))
         _check_fresh(runner.log, ctx.prefix, run_id)
-        try: res = _optimize(ctx, train, val, max_calls=max_calls, minibatch=minibatch, module_selector=module_selector,
-                             iterations=iterations)
+        adapter = TreeTrmAdapter(ctx)
+        try:
+            res = _optimize(ctx, adapter, train, val, max_calls=max_calls - reserve, minibatch=minibatch,
+                            module_selector=module_selector, iterations=iterations, acceptance=acceptance)
+            best = _best_complete(ctx, res)
+            picked, reason = _final_pick(ctx, adapter, res, best, final_pick, reserve)
         finally: _remove_candidates(ctx)
-    return _result(ctx, res, iterations.n, time.monotonic() - t0)
+    return _result(ctx, res, iterations.n, time.monotonic() - t0, best, picked, reason)
 
 async def gepa_engine_train(runner:Runner, run_id:str, *, max_calls:int, seed:int=0, minibatch:int=3,
-                            module_selector:str='missed') -> GepaEngineResult:
-    "`run_gepa_engine` in a worker thread, so the caller's event loop keeps running."
+                            module_selector:str='missed', **gate) -> GepaEngineResult:
+    "`run_gepa_engine` in a worker thread, so the caller's event loop keeps running (`gate`: its last three settings)."
     return await asyncio.to_thread(run_gepa_engine, runner, run_id, max_calls=max_calls, seed=seed, minibatch=minibatch,
-                                   module_selector=module_selector)
+                                   module_selector=module_selector, **gate)

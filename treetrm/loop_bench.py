@@ -22,20 +22,22 @@ from .gate import GateParams, flip_counts, gate_at_alpha
 from .anchor_rules import more_wins, mcnemar_accepts
 from .log import HarnessLog, TrainRunId
 from .acceptance import Acceptance, GateRequest, _ladders_of, greedy_rule
+from .gepa_engine import gepa_engine_train
+from .integrations.gepa import gated_engine
 from .runner import Runner
 from .validate import materialised_candidates, candidates_root
 from . import report
 
 # %% auto #0
-__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'SNAPSHOT', 'PROBATION', 'END_LOOK', 'ABLATIONS',
-           'EFFECT_BINS', 'HARM_POINTS', 'CEILINGS', 'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES',
-           'VIDEOS_FOR_UNITS', 'BAR_RULES', 'oracle_rule', 'paid_oracle_rule', 'free_pairs', 'free_validation_rule',
-           'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner', 'run_calls_by_role',
-           'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files', 'timeline_files',
-           'train_with_rule', 'run_world', 'mean_ci', 'harm_measures', 'rule_summary', 'share_of', 'verdict',
-           'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job', 'naming_failed_job', 'run_grid',
-           'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'cell_mixture', 'grid_bar',
-           'pooled_rows', 'plot_frontier', 'plot_budget', 'plot_pooled', 'loop_table', 'write_loop_bench',
+__all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'ENGINE_RULES', 'SNAPSHOT', 'PROBATION', 'END_LOOK',
+           'ABLATIONS', 'EFFECT_BINS', 'HARM_POINTS', 'CEILINGS', 'DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE',
+           'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'BAR_RULES', 'oracle_rule', 'paid_oracle_rule', 'free_pairs',
+           'free_validation_rule', 'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner',
+           'run_calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files',
+           'timeline_files', 'train_with_rule', 'run_world', 'mean_ci', 'harm_measures', 'rule_summary', 'share_of',
+           'verdict', 'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job', 'naming_failed_job',
+           'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'cell_mixture',
+           'grid_bar', 'pooled_rows', 'plot_frontier', 'plot_budget', 'plot_pooled', 'loop_table', 'write_loop_bench',
            'show_loop_bench', 'bar_table']
 
 # %% ../nbs/17b_loop_bench.ipynb #82282a2f
@@ -43,12 +45,13 @@ BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_mar
 RULE_LABELS = {
     'gate': 'treetrm gate', 'gepa_engine': 'GEPA engine', 'gepa': 'GEPA rule', 'gepa_veto': 'GEPA + val. veto',
     'greedy': 'greedy val.', 'greedy_margin': 'greedy + margin', 'fixed_n': 'fixed-n McNemar', 'bayes': 'Bayes P>0.9',
-    'oracle': 'oracle', 'oracle_paid': 'oracle, paid', 'fixed_n_free': 'fixed-n, free', 'greedy_free': 'greedy, free'
+    'oracle': 'oracle', 'oracle_paid': 'oracle, paid', 'fixed_n_free': 'fixed-n, free', 'greedy_free': 'greedy, free',
+    'gepa_engine_gated': 'GEPA engine + e-value gate'
 }
 RULE_COLORS = {
     'gate': '#1b7837', 'gepa_engine': '#332288', 'gepa': '#4477aa', 'gepa_veto': '#66ccee', 'greedy': '#ee6677',
     'greedy_margin': '#aa3377', 'fixed_n': '#ccbb44', 'bayes': '#bbbbbb', 'oracle': '#000000',
-    'oracle_paid': '#777777', 'fixed_n_free': '#8c6d31', 'greedy_free': '#e7969c'
+    'oracle_paid': '#777777', 'fixed_n_free': '#8c6d31', 'greedy_free': '#e7969c', 'gepa_engine_gated': '#882255'
 }
 RULE_DESCRIPTIONS = {
     'gate': ('treetrm: anytime-valid sequential e-value gate on the whole pool at alpha = 0.10, one exact McNemar '
@@ -57,6 +60,9 @@ RULE_DESCRIPTIONS = {
              'per content and inherited from accepted candidates, R drawn only where a probation reads it'),
     'gepa_engine': ('the real GEPA engine (gepa.optimize, Pareto selection, strict minibatch improvement), '
                     'treetrm evolver as proposer, same call budget'),
+    'gepa_engine_gated': ("the real GEPA engine with integrations.gepa.gated_engine(): GEPA's minibatch rule, then the "
+                          'e-value gate at 0.05 on fresh pairs of the changed type; its pick against the seed on half '
+                          'the validation pool kept from GEPA (exact McNemar at 0.05), else the seed'),
     'gepa': ("GEPA's acceptance inside treetrm's loop: the summed score on a 3-question minibatch strictly improves; "
              "no validation pass"),
     'gepa_veto': "GEPA's minibatch rule, then a full validation pass that must not be lower than the base's",
@@ -95,6 +101,7 @@ RULE_DESCRIPTIONS = {
     'gate_final_look': ('gate_probation spending 0.03 of its alpha on one exact McNemar look at the ladder end '
                         '(the e-process confirms at the other 0.02)'),
 }
+ENGINE_RULES = {'gepa_engine': dict, 'gepa_engine_gated': gated_engine}  # rule -> its run_gepa_engine settings
 SNAPSHOT = dict(probation_evidence='snapshot', probation_share=1/3)
 PROBATION = GateParams()  # the seed's gate: provisional accepts at McNemar p <= 0.2, no final look
 END_LOOK = DEFAULT_GATE  # the default gate: a final look that leaves no provisional accept
@@ -299,12 +306,11 @@ async def run_world(spec:dict, seed:int, rules, budget:int, settings:BenchSettin
     for rule in rules:
         t0 = time.perf_counter()
         set_prompts(runner.workspace, prompts, event='bench_start')  # not the guidance an earlier rule's momentum left
-        if rule == 'gepa_engine':
-            from treetrm.gepa_engine import gepa_engine_train
+        if rule in ENGINE_RULES:
             curve = {}
             for x in (settings.curve if settings.engine_curve else (1.0,)):
-                res = await gepa_engine_train(runner, f'bench-gepa_engine-x{x:g}', max_calls=int(x * budget),
-                                              seed=settings.run_seed)
+                res = await gepa_engine_train(runner, f'bench-{rule}-x{x:g}', max_calls=int(x * budget),
+                                              seed=settings.run_seed, **ENGINE_RULES[rule]())
                 curve[x] = (seed_files | res.best_files, res.calls)
             files, calls = curve[1.0]
             by_budget, bins = {x: score_files(runner, f)['accuracy'] - base['accuracy']
@@ -450,11 +456,11 @@ async def run_grid(
 ) -> dict:
     "Train every rule on every (world, seed) at the cell's budget: a truth-scored summary shaped like loop.json."
     settings, t0 = settings or BenchSettings(), time.perf_counter()
-    if bad := [r for r in rules if r not in BENCH_RULES and r not in ABLATIONS and r not in CEILINGS]:
+    if bad := [r for r in rules if not any(r in known for known in (BENCH_RULES, ABLATIONS, CEILINGS, ENGINE_RULES))]:
         raise ConfigError(
             where(f'unknown benchmark rules {bad}',
-                  f'Use some of {BENCH_RULES}, the ablations {tuple(ABLATIONS)} or the ceilings {tuple(CEILINGS)}',
-                  field='rules'))
+                  f'Use some of {BENCH_RULES}, the ablations {tuple(ABLATIONS)}, the ceilings {tuple(CEILINGS)} or '
+                  f'the engine rules {tuple(ENGINE_RULES)}', field='rules'))
     cells = grid_cells(worlds, budget)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-grid-'))
     keys = [(i, s) for s in seeds for i in range(len(cells))]  # seed by seed: an interrupted grid has whole seeds done
