@@ -56,6 +56,9 @@ RUN_BY = {  # a block's marker -> the test that runs it, reading the block from 
     "\"{'train.gate.tau': 0.1}\"": CONFIGURATION_TEST,
 }
 NOT_RUN = {  # a block's marker -> why no test runs it
+    '.venv-llama/bin/python -m llama_cpp.server --model "$GGUF" --model_alias smollm2-135m --port 8765 --n_ctx 4096':
+        'the noise measurement: about an hour of a real model on 2 cores; tests/test_real_model.py::'
+        'test_noise_measurement_on_a_real_model runs the same notebook, reduced, on the CI llama.cpp server',
     'import gepa': 'a sketch with the user\'s adapter and data; the same calls run in nbs/17aa_gepa_acceptance.ipynb '
                    '(nbdev_test: gepa.optimize with EValueAcceptance, then confirm_best) and nbs/examples/dspy_gepa.ipynb '
                    '(tests/test_gepa_integration.py)',
