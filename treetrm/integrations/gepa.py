@@ -14,8 +14,8 @@ from ..gate import (GateParams, gate_decision, bounded_decision, log_betting_e_p
                           flip_counts)
 
 # %% auto #0
-__all__ = ['SCORE_KINDS', 'objective_scores', 'is_binary', 'paired_decision', 'EValueAcceptance', 'ConfirmedPick', 'as_candidate',
-           'confirm_candidate', 'confirm_best', 'gated_engine']
+__all__ = ['SCORE_KINDS', 'objective_scores', 'is_binary', 'wins_losses', 'paired_decision', 'EValueAcceptance', 'ConfirmedPick',
+           'as_candidate', 'confirm_candidate', 'confirm_best', 'gated_engine']
 
 # %% ../../nbs/17aa_gepa_acceptance.ipynb #637e32b0
 SCORE_KINDS = ('auto', 'binary', 'bounded')
@@ -44,6 +44,10 @@ def is_binary(scores) -> bool:
     "Whether every score is 0 or 1 (the exact discordant-pair gate applies)."
     return all(s in (0.0, 1.0) for s in scores)
 
+def wins_losses(before:list[float], after:list[float]) -> tuple[int, int]:
+    "(W, L) of paired 0/1 scores, counted by the gate's one pairing (`flip_counts`)."
+    return flip_counts([(b == 1, a == 1) for b, a in zip(before, after)])
+
 # %% ../../nbs/17aa_gepa_acceptance.ipynb #c4bac32a
 def paired_decision(before:list[float], # base arm scores, one per paired example, in the order drawn
                     after:list[float], # candidate arm scores, same examples
@@ -54,7 +58,7 @@ def paired_decision(before:list[float], # base arm scores, one per paired exampl
     "(decision, reason) for paired scores: treetrm's gate on 0/1 scores, the betting e-process on scores in [0, 1]."
     binary = kind == 'binary' or (kind == 'auto' and is_binary(before + after))
     if binary:
-        w, l = flip_counts([(b == 1, a == 1) for b, a in zip(before, after)])
+        w, l = wins_losses(before, after)
         v = gate_decision(w, l, len(before), n_remaining, params)
         return v.decision, v.reason
     d = np.subtract(after, before)
@@ -203,7 +207,7 @@ class ConfirmedPick:
 def _holdout_test(before:list[float], after:list[float], alpha:float) -> tuple[bool, float, str]:
     "(confirmed, statistic, words): exact one-sided McNemar on 0/1 scores, else the betting e-value, one look."
     if is_binary(before + after):
-        w, l = flip_counts([(b == 1, a == 1) for b, a in zip(before, after)])
+        w, l = wins_losses(before, after)
         p = float(mcnemar_exact_one_sided(w, l))
         return p <= alpha, p, f'W = {w}, L = {l} of {len(before)}: exact McNemar p = {p:.3g} (alpha = {alpha})'
     e = float(np.exp(log_betting_e_process(np.subtract(after, before))[-1])) if before else 1.0
