@@ -46,13 +46,11 @@ RULE_LABELS = {
     'gate': 'treetrm gate', 'gepa_engine': 'GEPA engine', 'gepa': 'GEPA rule', 'gepa_veto': 'GEPA + val. veto',
     'greedy': 'greedy val.', 'greedy_margin': 'greedy + margin', 'fixed_n': 'fixed-n McNemar', 'bayes': 'Bayes P>0.9',
     'oracle': 'oracle', 'oracle_paid': 'oracle, paid', 'fixed_n_free': 'fixed-n, free', 'greedy_free': 'greedy, free',
-    'gepa_engine_gated': 'GEPA engine + e-value gate'
-}
+    'gepa_engine_gated': 'GEPA engine + e-value gate'}
 RULE_COLORS = {
     'gate': '#1b7837', 'gepa_engine': '#332288', 'gepa': '#4477aa', 'gepa_veto': '#66ccee', 'greedy': '#ee6677',
     'greedy_margin': '#aa3377', 'fixed_n': '#ccbb44', 'bayes': '#bbbbbb', 'oracle': '#000000',
-    'oracle_paid': '#777777', 'fixed_n_free': '#8c6d31', 'greedy_free': '#e7969c', 'gepa_engine_gated': '#882255'
-}
+    'oracle_paid': '#777777', 'fixed_n_free': '#8c6d31', 'greedy_free': '#e7969c', 'gepa_engine_gated': '#882255'}
 RULE_DESCRIPTIONS = {
     'gate': ('treetrm: anytime-valid sequential e-value gate on the whole pool at alpha = 0.10, one exact McNemar '
              'look at the ladder end (0.09; the e-process confirms early at 0.01), nothing left provisional, an edit '
@@ -100,7 +98,8 @@ RULE_DESCRIPTIONS = {
     'gate_keep_open': 'gate_probation delivering edits still on probation when training ends (open_probations=keep)',
     'gate_final_look': ('gate_probation spending 0.03 of its alpha on one exact McNemar look at the ladder end '
                         '(the e-process confirms at the other 0.02)'),
-}
+    'gate_looks4': 'the gate rejecting an edit with W < L at each fifth of its ladder (four futility looks)',
+    'gate_a20_looks4': 'the gate at alpha = 0.20 with four futility looks (W < L at each fifth of the ladder)'}
 ENGINE_RULES = {'gepa_engine': dict, 'gepa_engine_gated': gated_engine}  # rule -> its run_gepa_engine settings
 SNAPSHOT = dict(probation_evidence='snapshot', probation_share=1/3)
 PROBATION = GateParams()  # the seed's gate: provisional accepts at McNemar p <= 0.2, no final look
@@ -118,10 +117,13 @@ ABLATIONS = {  # ablation rule -> (acceptance, training settings it changes)
     'gate_snapshot': ('gate', SNAPSHOT | dict(gate=PROBATION)),
     'gate_no_calibrate': ('gate', dict(calibrate=False)), 'gate_no_reuse': ('gate', dict(reuse_base=False)),
     'gate_keep_open': ('gate', dict(gate=PROBATION, open_probations='keep')),
-    'gate_final_look': ('gate', dict(gate=GateParams(alpha_final=0.03)))}
+    'gate_final_look': ('gate', dict(gate=GateParams(alpha_final=0.03))),
+    'gate_looks4': ('gate', dict(gate=replace(DEFAULT_GATE, futility_looks=(0.2, 0.4, 0.6, 0.8)))),
+    'gate_a20_looks4': ('gate', dict(gate=replace(gate_at_alpha(DEFAULT_GATE, 0.20),
+                                                  futility_looks=(0.2, 0.4, 0.6, 0.8))))}
 for name, color in zip(ABLATIONS, ('#762a83', '#9970ab', '#c2a5cf', '#a6dba0', '#5aae61', '#e08214', '#b35806',
                                    '#8073ac', '#2d004b', '#7fbf7b', '#1b7837', '#d6604d', '#4393c3',
-                                   '#fdb863', '#f46d43', '#66bd63')):
+                                   '#fdb863', '#f46d43', '#66bd63', '#35978f', '#01665e')):
     RULE_LABELS[name], RULE_COLORS[name] = name.replace('_', ' '), color
 EFFECT_BINS = (('harmful', -math.inf, -0.5), ('null', -0.5, 0.5), ('helpful', 0.5, 3.0), ('large', 3.0, math.inf))
 HARM_POINTS = 0.5  # a run is harmed when its delivered skills are worse than the seed's by more than this (points)
@@ -228,10 +230,8 @@ def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, wor
     d = Path(workdir)/f'w{seed}-{sha256_json(spec)[:10]}'
     world = d/'world' if (d/'world'/'world.json').exists() else make_world(d/'world', seed=seed, **spec)
     s = settings.run_seed
-    roles = {
-        'agent': SimAgent(world, s, one_call=settings.one_call), 'judge': SimJudge(world, s),
-        'evolver': SimEvolver(world, s)
-    }
+    roles = {'agent': SimAgent(world, s, one_call=settings.one_call), 'judge': SimJudge(world, s),
+             'evolver': SimEvolver(world, s)}
     return Runner(d/'workspace', data_dir=world, config=train_config(settings, max_calls),
                   split_config=settings.split or DEFAULT_GRID_SPLIT, seed=s, concurrency=1, providers=roles,
                   progress=False)
@@ -503,8 +503,7 @@ async def run_grid(
 # %% ../nbs/17b_loop_bench.ipynb #86833076
 MIXTURES, NOISE = ('balanced', 'mature', 'rich'), (0.15, 0.30)
 GRID_TYPES = {'Counting Problem': 2, 'OCR Problems': 2}
-VIDEOS_FOR_UNITS = {60: 50, 300: 250
-                    }  # validation units per gated type -> videos (2 questions a type a video, 60% of videos validate)
+VIDEOS_FOR_UNITS = {60: 50, 300: 250}  # validation units per gated type -> videos (2 a type a video, 60% validate)
 
 def realistic_world(effects:str='balanced', flip_rate:float=0.2, val_units:int=60) -> dict:
     "The make_world arguments of one realistic world family."
