@@ -25,8 +25,8 @@ from .workspace import Workspace
 
 # %% auto #0
 __all__ = ['ACCEPTANCE', 'GateRequest', 'Acceptance', 'agent_prompts_key', 'base_view_key', 'base_key', 'baseline_cache',
-           'unit_evaluator', 'gate_rule', 'full_validation_rule', 'greedy_rule', 'greedy_margin_rule', 'bayes_rule',
-           'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule', 'gepa_veto_rule']
+           'pair_seed_key', 'unit_evaluator', 'gate_rule', 'full_validation_rule', 'greedy_rule', 'greedy_margin_rule',
+           'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule', 'gepa_veto_rule']
 
 # %% ../nbs/16d_acceptance.ipynb #6ab3c174
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class GateRequest:
     reuse_base: bool = True # base arms keyed by what the agent reads (False: by version names, no BaselineCache)
     temperature: float = 0.0 # the agent's sampling temperature in both arms
     inherit_base: bool = False # an accepted candidate's paired outcomes become its content's base arm (`reuse_base`)
+    pair_seeds: bool = False # both arms ask with the run's pair seed per question (a seeded sampler couples them)
 
 @dataclass(frozen=True)
 class Acceptance:
@@ -86,12 +87,16 @@ def baseline_cache(ws:Workspace, req:GateRequest):
         return
     scope = canonical_json(dict(model=getattr(ws.providers['agent'], 'model', ''), max_steps=ws.config.max_steps,
                                 mode=ws.skill_mode,
-                                temperature=req.temperature))
+                                temperature=req.temperature) | ({'pair_seeds': True} if req.pair_seeds else {}))
     cache = BaselineCache(ws.workspace/'cache'/f'baseline-{req.run_id}.sqlite', scope=sha256_text(scope))
     try: yield cache
     finally: cache.close()
 
 # %% ../nbs/16d_acceptance.ipynb #02e80677
+def pair_seed_key(req:GateRequest) -> str|None:
+    "What names a paired arm's request seeds: the training run's pairs when `pair_seeds` is on (else its own run id)."
+    return f'{req.run_id}/pairs' if req.pair_seeds else None
+
 def unit_evaluator(ws:Workspace, req:GateRequest):
     "An `evaluate(unit, arm, skills_dir)` over `run_inference` with resumable, decision-stable run ids."
     async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
@@ -104,7 +109,7 @@ def unit_evaluator(ws:Workspace, req:GateRequest):
         if sum(r['stop_reason'] != 'error' for r in rows) < len(ids):
             await ws._infer(unit.questions, rid, req.base_version if base else None, kind='gate',
                             skills_dir=skills_dir, by_content=base and req.reuse_base,
-                              temperature=req.temperature,
+                            temperature=req.temperature, seed_key=pair_seed_key(req),
                               prompts_version=req.prompts_version, progress=False, summarise=False)
             rows = ws.log.prediction_outcomes(rid, ids)
         return unit_outcome_from_predictions(unit, rows)

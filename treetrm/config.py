@@ -64,6 +64,7 @@ TRAIN_CHECKS = (  # key, holds when, what is allowed
     ('calibrate', _flag, 'True or False'),
     ('reuse_base', _flag, 'True or False'),
     ('inherit_base', _flag, 'True or False'),
+    ('pair_seeds', _flag, 'True or False'),
     ('harm_risk', _optional(_share(high_open=True)), 'a number in [0, 1) or None'),
     ('harm_points', lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real) and 0 < v < 100,
      'a number of accuracy points in (0, 100)'),
@@ -121,6 +122,7 @@ class TrainConfig:
     calibrate: bool = True # confirm at the exact threshold for the type's evidence cap instead of 1/alpha
     reuse_base: bool = True  # base-arm outcomes paid once a run, keyed by what the agent reads (False: per version)
     inherit_base: bool = True # an accepted candidate's paired outcomes become the base arm of its content
+    pair_seeds: bool = False # a pair's base and candidate arms ask with the same request seed per question
     harm_risk: float|None = None # set: per-edit alpha from P(run worse than the seed by > harm_points) <= harm_risk
     harm_points: float = 0.5 # the harm bar's δ, in accuracy points of the test pool
     validation_pass: str = 'consumed' # the epoch end's R: 'consumed' (fresh only where a probation reads it), 'fresh'

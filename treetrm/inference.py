@@ -69,13 +69,15 @@ class InferenceSettings:
     seed: int = 0 # run-level sampling seed
     vision: LLMProvider|None = None # vision model for observe_frame
     temperature: float = 0.0 # sampling temperature
+    seed_key: str|None = None # names the per-question request seeds instead of the run (arms sharing it share seeds)
 
 async def answer_question(question:Question, tree:VideoTree, s:InferenceSettings) -> AgentResult:
     "Run the agent on one question; an exception becomes the pessimistic record."
     t0, result = time.monotonic(), failed_result(question, 'not run')
     try:
         result = await run_agent(question, tree, s.provider, skills=s.skills, mode=s.mode, max_steps=s.max_steps,
-                                 seed=stable_seed(s.run_id, question.question_id, s.seed), vision=s.vision,
+                                 seed=stable_seed(s.seed_key or s.run_id, question.question_id, s.seed),
+                                 vision=s.vision,
                                  temperature=s.temperature, prompts_dir=s.prompts)
     except BudgetError: raise  # a spent call budget stops the run; the question stays unanswered, not failed
     except Exception as e: result = failed_result(question, f'{type(e).__name__}: {e}', time.monotonic() - t0)
@@ -164,7 +166,8 @@ def _check_questions(questions:list[Question], run_id:str):
 def run_params(s:InferenceSettings) -> dict:
     "The settings frozen into the run record."
     return dict(mode=s.mode, max_steps=s.max_steps, seed=s.seed, temperature=s.temperature,
-                model=getattr(s.provider, 'model', None), vision_model=getattr(s.vision, 'model', None))
+                model=getattr(s.provider, 'model', None),
+                vision_model=getattr(s.vision, 'model', None)) | ({'seed_key': s.seed_key} if s.seed_key else {})
 
 def errored_question_ids(log:HarnessLog, run_id:str, questions:list[Question]) -> set[str]:
     "Ids of `questions` whose stored record in `run_id` ended on stop reason 'error' (the endpoint failed)."
@@ -207,14 +210,15 @@ async def run_inference(
     prompts_dir: str | Path | None = None,  # agent prompts folder (default: project prompts/agent)
     temperature: float = 0.0,  # sampling temperature
     retry_errors: bool = False,  # recompute questions whose stored record ended on stop reason 'error'
-    summarise: bool = True  # return the run's `InferenceResult` (False: None, for callers reading the rows themselves)
+    summarise: bool = True,  # return the run's `InferenceResult` (False: None, for callers reading the rows themselves)
+    seed_key: str | None = None  # names the request seeds instead of `run_id`: runs sharing it ask with the same seeds
 ) -> InferenceResult | None:
     "Answer `questions` with the agent, persist every record, skip questions `run_id` already holds."
     check_run_id(run_id)
     check_count(concurrency, 'concurrency')
     _check_questions(questions, run_id)
     s = InferenceSettings(run_id, provider, load_skill_dir(skills_dir), load_agent_prompts(prompts_dir), mode,
-                          max_steps, seed, vision, temperature)
+                          max_steps, seed, vision, temperature, seed_key)
     retry = errored_question_ids(log, run_id, questions) if retry_errors else set()
     done = log.done_question_ids(run_id, [q.question_id for q in questions]) - retry
     todo = [q for q in questions if q.question_id not in done]

@@ -10,9 +10,10 @@ import numpy as np
 from .core import ConfigError, where, stable_seed
 
 # %% auto #0
-__all__ = ['EFFECT_MIXTURES', 'mixture_components', 'component_counts', 'draw_effects', 'RealismParams', 'sigmoid',
-           'seed_probabilities', 'flip_rate', 'calibrate_reach', 'rule_texts', 'jitter', 'rule_reach_effect', 'p_right',
-           'calibrate_strength', 'rule_kind', 'question_models', 'realistic_rules', 'rule_effects', 'draw_answer']
+__all__ = ['EFFECT_MIXTURES', 'NOISE_DEFAULTS', 'mixture_components', 'component_counts', 'draw_effects', 'RealismParams',
+           'sigmoid', 'seed_probabilities', 'flip_rate', 'calibrate_reach', 'rule_texts', 'jitter', 'idio_effect',
+           'rule_reach_effect', 'p_right', 'calibrate_strength', 'rule_kind', 'question_models', 'realistic_rules',
+           'rule_effects', 'draw_answer', 'draw_coupled']
 
 # %% ../nbs/02a_realism.ipynb #2e0767dd
 EFFECT_MIXTURES = {  # name -> ((share, low, high), ...): a rule's true effect at the seed skills, in accuracy points
@@ -66,6 +67,8 @@ class RealismParams:
     side_effect_share: float = 0.5 # share of rules that also move another evidence class, the other way
     side_ratio: tuple = (0.2, 0.6) # size of that side effect relative to the main one
     informativeness: float = 2.0  # evolver: how strongly proposals lean towards rules rescuing the failures shown
+    idiosyncrasy: float = 0.0 # sd of a rule's extra reach effect on each question, zero-mean noise on its planted one
+    coupling: float|None = None # arms asking with one request seed share their right/wrong draw with this chance
 
     def __post_init__(self):
         mixture_components(self.effects)
@@ -82,13 +85,23 @@ class RealismParams:
         if self.informativeness < 0:
             raise ConfigError(
                 where(f'informativeness must be ≥ 0, got {self.informativeness!r}', field='informativeness'))
+        if not 0 <= self.idiosyncrasy <= 0.5:
+            raise ConfigError(where(f'idiosyncrasy must lie in [0, 0.5], got {self.idiosyncrasy!r}',
+                                    'e.g. 0.1: a rule moves each question its own way by about 0.1',
+                                    field='idiosyncrasy'))
+        if self.coupling is not None and not 0 <= self.coupling <= 1:
+            raise ConfigError(where(f'coupling must be None or lie in [0, 1], got {self.coupling!r}',
+                                    'e.g. 0.64, what a one-call agent measured at temperature 0.7', field='coupling'))
 
     def to_dict(self) -> dict:
+        "The settings as JSON values; noise fields at their defaults are left out (older worlds keep their bytes)."
         return {
             k: (list(map(list, v))
                 if k == 'effects' and not isinstance(v, str) else list(v) if isinstance(v, tuple) else v)
-            for k, v in asdict(self).items()
+            for k, v in asdict(self).items() if not (k in NOISE_DEFAULTS and v == NOISE_DEFAULTS[k])
         }
+
+NOISE_DEFAULTS = dict(idiosyncrasy=0.0, coupling=None)  # the settings a world before them had implicitly
 
 # %% ../nbs/02a_realism.ipynb #d4aee51b
 def sigmoid(x): return 1 / (1 + np.exp(-x))
@@ -145,15 +158,24 @@ def jitter(world_seed:int, question_id:str, rule_id:str) -> float:
     "How strongly one rule acts on one question, relative to its strength: uniform on [0.5, 1.5], fixed by the world."
     return 0.5 + (stable_seed(world_seed, question_id, rule_id) % 1_000_003) / 1_000_003
 
+def idio_effect(world_seed:int, question_id:str, rule_id:str,
+                sd:float # the world's idiosyncrasy (0: none)
+               ) -> float:
+    "A rule's own extra reach effect on one question: uniform on [-sd√3, sd√3] (sd its sd), fixed by the world."
+    if not sd: return 0.0
+    u = (stable_seed(world_seed, question_id, rule_id, 'idiosyncrasy') % 1_000_003) / 1_000_003
+    return sd * math.sqrt(3) * (2 * u - 1)
+
 def rule_reach_effect(rule:dict, # a realistic rule of world.json
                       cls:str, # the question's evidence class
-                      w:float # the question's jitter for this rule
+                      w:float, # the question's jitter for this rule
+                      idio:float=0.0 # the rule's idiosyncratic effect on this question (`idio_effect`)
                      ) -> float:
     "A followed rule's signed effect on reaching one question's evidence: > 0 rescues, < 0 blocks, capped at 0.95."
     if cls in rule['scope']: mag, sign = rule['strength'], rule['sign']
     elif cls == rule.get('side_class'): mag, sign = rule['strength'] * rule['side_ratio'], -rule['sign']
-    else: return 0.0
-    return float(sign * min(0.95, mag * w))
+    else: mag, sign = 0.0, 1
+    return float(max(-0.95, min(0.95, sign * min(0.95, mag * w) + idio)))
 
 def p_right(q:dict, # the question's model: reach, slip, guess, class
             effects:list[tuple[float, float]] # (follow probability, signed reach effect) of each rule in the skill
@@ -170,8 +192,8 @@ def p_right(q:dict, # the question's model: reach, slip, guess, class
 def _effect_points(strength:float, rule:dict, qs:dict) -> float:
     "The rule's true effect at the seed skills (points) with this strength, over one type's questions (arrays in `qs`)."
     main, side, w = qs['main'], qs['side'], qs['w']
-    e = rule['sign'] * (main * np.minimum(0.95, strength * w) -
-                        side * np.minimum(0.95, strength * rule['side_ratio'] * w))
+    e = np.clip(rule['sign'] * (main * np.minimum(0.95, strength * w) -
+                                side * np.minimum(0.95, strength * rule['side_ratio'] * w)) + qs['idio'], -0.95, 0.95)
     f, reach = rule['follow'], qs['reach']
     reach1 = np.where(e > 0, reach + (1 - reach) * f * e, reach * (1 + f * np.minimum(e, 0)))
     return float(100 * np.mean((reach1 - reach) * (1 - qs['slip'] - qs['guess'])))
@@ -220,6 +242,7 @@ def _type_arrays(ids:list[str], evidence:dict, models:dict, seed:int, rule:dict)
     return dict(main=np.array([c in rule['scope'] for c in cls],
                               float), side=np.array([c == rule['side_class'] for c in cls],
                                                     float), w=np.array([jitter(seed, q, rule['id']) for q in ids]),
+                idio=np.array([idio_effect(seed, q, rule['id'], rule.get('idiosyncrasy', 0.0)) for q in ids]),
                 **{k: np.array([models[q][k] for q in ids])
                    for k in ('reach', 'slip', 'guess')})
 
@@ -233,6 +256,7 @@ def realistic_rules(task_type:str, slug:str, key:str, # the type, its file slug 
     for i, (target, text) in enumerate(zip(targets, texts)):
         rule = dict(id=f'{slug}/r{i:02d}', text=text, **_rule_shape(rng, target, classes, p))
         rule['behaviour'] = rule['id']
+        if p.idiosyncrasy: rule['idiosyncrasy'] = p.idiosyncrasy  # only then: worlds without it keep their bytes
         for widen in (dict(), dict(side_class=None, side_ratio=0.0), dict(side_class=None, side_ratio=0.0,
                                                                           scope=classes)):
             rule |= widen  # a target out of reach: first without the side effect, then over every class
@@ -248,7 +272,9 @@ def realistic_rules(task_type:str, slug:str, key:str, # the type, its file slug 
 def rule_effects(rules:list[dict], # the realistic rules in the skill (of the question's type)
                  question_id:str, cls:str, seed:int) -> list[tuple[float, float]]:
     "(follow probability, signed reach effect) of each rule on one question."
-    return [(r['follow'], rule_reach_effect(r, cls, jitter(seed, question_id, r['id']))) for r in rules]
+    return [(r['follow'], rule_reach_effect(r, cls, jitter(seed, question_id, r['id']),
+                                            idio_effect(seed, question_id, r['id'], r.get('idiosyncrasy', 0.0))))
+            for r in rules]
 
 def draw_answer(q:dict, # the question's model: reach, slip, guess
                 effects:list[tuple[float, float]], # from `rule_effects`
@@ -261,4 +287,19 @@ def draw_answer(q:dict, # the question's model: reach, slip, guess
     reached = (rng.random() < q['reach'] or rescued) and not blocked
     right = rng.random() < (1 - q['slip'] if reached else q['guess'])
     return dict(followed=followed, reached=reached, right=right,
+                costly=sum(on and e < 0 for on, (_, e) in zip(followed, effects)))
+
+def draw_coupled(q:dict, # the question's model: reach, slip, guess
+                 effects:list[tuple[float, float]], # from `rule_effects`
+                 own:random.Random, # this skill text's stream for the question (its request seed and text)
+                 shared:random.Random, # the request seed's stream, the same for every skill text
+                 coupling:float # chance that right/wrong is decided by the shared stream
+                ) -> dict:
+    "`draw_answer` for arms that share a request seed: right iff u < P(right), u shared with chance `coupling`."
+    u_couple, u_shared = shared.random(), shared.random()
+    u, p = (u_shared if u_couple < coupling else own.random()), p_right(q, effects)
+    right, reach = u < p, (p - q['guess']) / max(1e-12, 1 - q['slip'] - q['guess'])
+    given = reach * (1 - q['slip']) / p if right else reach * q['slip'] / max(1e-12, 1 - p)  # P(reached | right?)
+    followed = [own.random() < f for f, _ in effects]
+    return dict(followed=followed, reached=own.random() < given, right=right,
                 costly=sum(on and e < 0 for on, (_, e) in zip(followed, effects)))

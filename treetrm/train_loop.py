@@ -244,7 +244,7 @@ async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState
     req = GateRequest(run.rid, gate_id, cands, state.skills_current, state.prompts_version,
                       {t: ladders[t] for t in cands}, tuple(run.val_units),
                       params, tuple(batch), {q: correctness[q] for q in ids}, run.config.reuse_base,
-                      run.config.temperature, run.config.inherit_base)
+                      run.config.temperature, run.config.inherit_base, run.config.pair_seeds)
     results = await run.rule(ws, req) if cands else {}
     run.event('gate_done', gate_id=gate_id, decisions={t: a.decision for t, a in results.items()})
     state, rejected = replace(state, correctness=correctness), []

@@ -92,7 +92,8 @@ async def _infer(self:Workspace, questions, run_id:str, skills_version:str|None=
                  skills_dir=None,
                  prompts_version:str|None=None, progress:bool|None=None, summarise:bool=True,
                  by_content:bool=False, # the run id names what the agent reads: no version is recorded
-                 temperature:float=0.0 # the agent's sampling temperature
+                 temperature:float=0.0, # the agent's sampling temperature
+                 seed_key:str|None=None # names the request seeds (None: the run id); pair seeds share it
                 ) -> InferenceResult|None:
     "Run the agent on `questions` under `run_id` (resumable), filing its model calls under the run."
     with filed_under(run_id):
@@ -105,7 +106,7 @@ async def _infer(self:Workspace, questions, run_id:str, skills_version:str|None=
                                    prompts_version=None if by_content else pv, vision=self.providers.get('vision'),
                                    progress=self.progress if progress is None else progress,
                                    prompts_dir=self.prompts.path(pv) if pv else None,
-                                   retry_errors=True, summarise=summarise, temperature=temperature)
+                                   retry_errors=True, summarise=summarise, temperature=temperature, seed_key=seed_key)
 
 # %% ../nbs/16c_workspace.ipynb #c76c73f4
 BASELINE_RUN = 'baseline'
