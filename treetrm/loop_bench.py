@@ -215,6 +215,7 @@ class BenchSettings:
     curve: tuple = (0.5, 1.0, 2.0) # budget multiples of the gain-vs-budget curve; runs go to the largest
     engine_curve: bool = True  # the GEPA engine runs once per multiple of the curve (False: at 1x only, one point)
     split: dict|None = None # split settings (None: DEFAULT_GRID_SPLIT)
+    pair_seeds: bool = False # every rule's pairs ask each question with one request seed (`train.pair_seeds`)
 
 DEFAULT_GRID_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.2, report_floor=10, floor_k={}, val_ratio=0.75,
                           val_wrong_min=5)
@@ -222,7 +223,8 @@ DEFAULT_GRID_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.2, report_floor=10, 
 def train_config(settings:BenchSettings, max_calls:int) -> dict:
     "One benchmark run's runner settings: the budget binds, epochs and patience never do; the last state is delivered."
     return dict(epochs=100, patience=100, min_ladder_units=settings.min_ladder_units, max_calls=max_calls,
-                deliver='current', batch=dict(batch_size=settings.batch_size, min_class=4, correct_ratio=0.2))
+                deliver='current', batch=dict(batch_size=settings.batch_size, min_class=4, correct_ratio=0.2)
+                ) | ({'pair_seeds': True} if settings.pair_seeds else {})  # as before when off: same run configs
 
 # %% ../nbs/17b_loop_bench.ipynb #92dc805e
 def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, workdir:Path) -> Runner:
@@ -466,10 +468,9 @@ async def run_grid(
     keys = [(i, s) for s in seeds for i in range(len(cells))]  # seed by seed: an interrupted grid has whole seeds done
     jobs = {(i, s): (cells[i].world, s, tuple(rules), cells[i].budget, settings, str(work / f'cell{i}'))
             for i, s in keys}
-    say = (
-        lambda k, rows: print(f'cell {k[0]} seed {k[1]}: ' + ', '.join(f"{r['rule']} {r['gain']:+.2f}"
-                                                                       for r in rows), flush=True)) if verbose else (
-                                                                           lambda *_: None)
+    def say(k, rows):
+        gains = ', '.join(f"{r['rule']} {r['gain']:+.2f}" for r in rows)
+        if verbose: print(f'cell {k[0]} seed {k[1]}: {gains}', flush=True)
     results = {}
     try:
         if processes <= 1:
@@ -505,10 +506,10 @@ MIXTURES, NOISE = ('balanced', 'mature', 'rich'), (0.15, 0.30)
 GRID_TYPES = {'Counting Problem': 2, 'OCR Problems': 2}
 VIDEOS_FOR_UNITS = {60: 50, 300: 250}  # validation units per gated type -> videos (2 a type a video, 60% validate)
 
-def realistic_world(effects:str='balanced', flip_rate:float=0.2, val_units:int=60) -> dict:
-    "The make_world arguments of one realistic world family."
+def realistic_world(effects:str='balanced', flip_rate:float=0.2, val_units:int=60, **noise) -> dict:
+    "The make_world arguments of one realistic world family (`noise`: `RealismParams` coupling, idiosyncrasy)."
     return dict(profile='realistic', n_videos=VIDEOS_FOR_UNITS[val_units], questions_per_video=dict(GRID_TYPES),
-                realism=dict(effects=effects, flip_rate=flip_rate))
+                realism=dict(effects=effects, flip_rate=flip_rate, **noise))
 
 def cell_budget(world:dict) -> int:
     "10 calls per validation unit of a gated type: 5x the validation pool at 1x, 10x at the curve's 2x."
