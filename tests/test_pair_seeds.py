@@ -1,6 +1,6 @@
 """Paired request seeds (issue 33, item 3): with `pair_seeds` a gate's base and candidate arms ask each question with
 one seed, so a seeded sampler couples them; without it (the default) every arm's seeds come from its own run id."""
-import asyncio
+import asyncio, json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +38,7 @@ def _train(root:Path, world:Path, pair_seeds:bool):
         await r.split()
         return await r.train('pairs', acceptance='gate')
     res = asyncio.run(go())
-    return agent.calls, [d for d in res.state.decisions if d['kind'] == 'gate']
+    return agent.calls, [d for d in res.state.decisions if d['kind'] == 'gate'], res.path
 
 def _shared_seeds(calls) -> int:
     "(question, seed) pairs asked with two or more skill texts."
@@ -48,14 +48,17 @@ def _shared_seeds(calls) -> int:
 
 def test_pair_seeds_give_both_arms_one_seed_per_question(tmp_path):
     world = make_world(tmp_path/'world', seed=2, **WORLD)
-    calls_on, gates_on = _train(tmp_path/'on', world, True)
-    calls_off, gates_off = _train(tmp_path/'off', world, False)
+    calls_on, gates_on, dir_on = _train(tmp_path/'on', world, True)
+    calls_off, gates_off, dir_off = _train(tmp_path/'off', world, False)
     assert gates_on and gates_off  # edits were judged both ways
     # Off: a seed names its arm's run, so two texts never meet on one seed (a collision of 64-bit seeds aside).
     assert _shared_seeds(calls_off) == 0
     # On: a judged edit pairs at least the units up to its first exit (the futility look at a fifth of a ladder of at
     # least 40 units: 8), each with its base arm asked on the candidate's seed.
     assert _shared_seeds(calls_on) >= 8
+    # The run says whether the endpoint honours seeds (the sim agent does: same seed, same reply); only when asked.
+    assert json.loads((dir_on/'seed_probe.json').read_text())['verdict'] == 'honoured'
+    assert not (dir_off/'seed_probe.json').exists()
 
 def test_the_benchmark_grid_sets_pair_seeds_and_coupled_worlds_for_every_rule():
     "A grid's settings reach every rule's run config (and leave it as before when off); world families take the noise."

@@ -17,9 +17,10 @@ from .agent import AgentResult, AgentPrompts, INFRA_STOP_REASONS, run_agent, loa
 from .log import HarnessLog, check_run_id
 
 # %% auto #0
-__all__ = ['FORMAT_HEALTH_LIMIT', 'failed_result', 'step_record', 'prediction_row', 'trace_rows', 'save_result',
+__all__ = ['FORMAT_HEALTH_LIMIT', 'PROBE_VERDICTS', 'failed_result', 'step_record', 'prediction_row', 'trace_rows', 'save_result',
            'InferenceSettings', 'answer_question', 'InferenceResult', 'answer_health', 'run_summary',
-           'predictions_correctness', 'run_params', 'errored_question_ids', 'run_inference']
+           'predictions_correctness', 'run_params', 'errored_question_ids', 'run_inference', 'seed_probe',
+           'seed_probe_note']
 
 # %% ../nbs/07_inference.ipynb #ac93fcc4
 def failed_result(question:Question, error:str, latency_s:float=0.0) -> AgentResult:
@@ -237,3 +238,47 @@ async def run_inference(
     result = replace(run_summary(log, run_id), n_new=len(todo))
     if result.health: print(f'WARNING: {result.health}')
     return result
+
+# %% ../nbs/07_inference.ipynb #1c8d263b
+PROBE_VERDICTS = ('honoured', 'ignored', 'undetermined')
+
+def _reply_key(r:AgentResult) -> tuple:
+    "What two runs of one request share when they are the same reply: every turn's text, the answer, how it ended."
+    return (r.prediction, r.stop_reason, tuple(s.raw for s in r.steps))
+
+async def seed_probe(questions:list[Question], # questions to ask (the first `n_questions`)
+                     trees_dir:str|Path, # folder of <videoID>/tree.json
+                     provider:LLMProvider, # the agent model, without a response cache
+                     *, skills_dir:str|Path, # the skills the agent reads
+                     prompts_dir:str|Path|None=None, mode:str='auto', max_steps:int=15,
+                     temperature:float=0.7, # above 0: a seed only matters where the model samples
+                     seed:int=0, n_questions:int=5) -> dict:
+    "Does the endpoint honour request seeds? Each question twice with one seed and once with another."
+    if not temperature > 0:
+        raise ConfigError(where(f'the seed probe needs a temperature above 0, got {temperature!r}',
+                                field='temperature'))
+    qs = list(questions)[:n_questions]
+    if not qs: raise ConfigError(where('the seed probe got no question', 'Pass at least one question'))
+    trees, skills = load_trees(trees_dir, sorted({q.video_id for q in qs})), load_skill_dir(skills_dir)
+    prompts, alike, other, errors, asked = load_agent_prompts(prompts_dir), 0, 0, 0, 0
+    for q in qs:
+        s = stable_seed('seed-probe', q.question_id, seed)
+        a, b, c = [await run_agent(q, trees[q.video_id], provider, skills=skills, mode=mode, max_steps=max_steps,
+                                   seed=x, temperature=temperature, prompts_dir=prompts) for x in (s, s, s + 1)]
+        errors += any(r.stop_reason in INFRA_STOP_REASONS for r in (a, b, c))
+        alike, other = alike + (_reply_key(a) == _reply_key(b)), other + (_reply_key(a) == _reply_key(c))
+        asked += 1
+        if errors or alike < asked: break  # a seeded endpoint never differs at one seed: ignored, or failing
+    verdict = ('undetermined' if errors else 'ignored' if alike < asked else
+               'honoured' if other < asked else 'undetermined')
+    return dict(verdict=verdict, questions=asked, same_seed_alike=alike, other_seed_alike=other,
+                infra_errors=errors, temperature=temperature)
+
+def seed_probe_note(probe:dict) -> str:
+    "One line on what a `seed_probe` found, for the training report."
+    n, v = probe['questions'], probe['verdict']
+    told = {'honoured': 'honours request seeds: paired arms share their draws',
+            'ignored': 'ignores request seeds: pair_seeds cannot couple the arms (the gate stays valid, uncoupled)',
+            'undetermined': 'answered alike at every seed (or failed): whether it honours seeds is not known'}[v]
+    return (f"seed probe: the agent endpoint {told} ({probe['same_seed_alike']} of {n} questions alike at one seed, "
+            f"{probe['other_seed_alike']} of {n} at another, temperature {probe['temperature']})")

@@ -16,7 +16,7 @@ from .core import (ConfigError, where, atomic_write_bytes, canonical_json, read_
 from .llm_config import RoleConfig
 from .skills import load_manifest
 from .log import FINAL_TEST, check_run_id, gate_id
-from .inference import InferenceResult, answer_health
+from .inference import InferenceResult, answer_health, seed_probe, seed_probe_note
 from .config import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
 from .checkpoint import TrainState, save_checkpoint, load_checkpoint
 from .calls import call_budget
@@ -220,6 +220,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
         return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir, True)
     self.log.start_run(run.rid, 'train', params=run.parts)
     if state is None:
+        if cfg.pair_seeds: await self.probe_seeds(run.dir, cfg.temperature)
         state = await initial_state(self, run)
         self._save(run, state)
     if show:
@@ -432,6 +433,21 @@ def role_provenance(provider, # a role's provider, as the runner holds it
 
 # %% ../nbs/17_runner.ipynb #fb086980
 @patch
+async def probe_seeds(self:Runner, run_dir:Path, # the training run's folder: the result goes to seed_probe.json
+                      temperature:float=0.0 # the run's temperature (0.7 when it is 0: a seed matters only if sampled)
+                     ) -> dict:
+    "Does the agent endpoint honour request seeds (`seed_probe`)? Printed, and kept with the run and its artifact."
+    pv = load_manifest(self.workspace).prompts_version
+    probe = await seed_probe(self.questions, self.trees_dir, self.uncached_agent(),
+                             skills_dir=self.skills.path(self.resolve_version('seed')),
+                             prompts_dir=self.prompts_dir(pv),
+                             mode=self.skill_mode, max_steps=self.config.max_steps,
+                             temperature=temperature if temperature > 0 else 0.7, seed=self.seed)
+    atomic_write_bytes(Path(run_dir)/'seed_probe.json', _json_bytes(probe))
+    print(seed_probe_note(probe))
+    return probe
+
+@patch
 def world_sha256(self:Runner) -> str|None:
     "sha256 of the sim world's `world.json` (its planted rules and its files' fingerprint); None off the sim backend."
     world = self.data_dir/'world.json'
@@ -501,6 +517,7 @@ def _artifact_files(self:Runner, run_id:str, d:Path, m:dict, s:TrainState) -> di
         'config.json': _json_bytes(s.structural),
         'provenance.json': _json_bytes(self.provenance(s.structural)),
         'tables/decisions.csv': _decisions_frame(s.decisions).write_csv().encode()}
+    files |= {'seed_probe.json': (d/'seed_probe.json').read_bytes()} if (d/'seed_probe.json').exists() else {}
     files |= {f'figures/{p.name}': p.read_bytes() for p in sorted((d/'figures').glob('*')) if p.is_file()}
     rendered = self._final_figures(TrainResult(run_id, m['internal_run_id'], s, m, d))
     return files | {f'{_report_folder(k)}/{k}': v for k, v in rendered.items()}

@@ -184,6 +184,12 @@ def prompts_dir(self:Workspace, prompts_version:str|None) -> Path|None:
     return self.prompts.path(prompts_version) if prompts_version else None
 
 @patch
+def uncached_agent(self:Workspace):
+    "The agent's provider without the response cache (a probe must reach the endpoint with one request twice)."
+    if getattr(self.providers['agent'], 'cache', None) is None: return self.providers['agent']
+    return make_providers('openai', roles=('agent',), telemetry=self.recorder, cache=None)['agent']
+
+@patch
 def run_calls(self:Workspace, rid:str) -> pl.DataFrame:
     "Every llm_calls row of a training run (its rollouts, gates, validation runs, momentum and final test)."
     return self.log.frame('llm_calls').filter(pl.col('run_id').str.contains(TrainRunId(rid).calls_pattern()))
