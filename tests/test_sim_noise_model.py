@@ -1,17 +1,17 @@
 """The realistic worlds' two measured noise settings (issue 33): an edit's idiosyncrasy over questions, and the coupling
 of two arms that ask with one request seed. Worlds without them keep their bytes and draws; the gate holds its level
 on null edits under every setting."""
-import hashlib, math, random
+import hashlib, math
 from dataclasses import replace
 from pathlib import Path
 import numpy as np
 import pytest
 from treetrm.config import DEFAULT_GATE
-from treetrm.core import ConfigError, stable_seed
+from treetrm.core import ConfigError
 from treetrm.gate import RULE_DECISIONS
 from treetrm.gate_sim import gate_paths
 from treetrm.noise import pair_rates
-from treetrm.realism import RealismParams, draw_coupled, p_right, rule_effects
+from treetrm.realism import RealismParams, p_right, rule_effects, seeded_draw
 from treetrm.sim import check_world, load_world, make_world, question_probability, world_questions
 from treetrm.sim_agent import realistic_draw
 
@@ -39,7 +39,7 @@ def test_noise_settings_out_of_range_are_config_errors(bad):
 
 @pytest.fixture(scope='module')
 def noisy(tmp_path_factory):
-    "idiosyncrasy -> a 50-video world (coupling is passed to `draw_coupled` directly)."
+    "idiosyncrasy -> a 50-video world (coupling is passed to `seeded_draw` directly)."
     root = tmp_path_factory.mktemp('noisy')
     return {sd: load_world(make_world(root/f'w{sd}', seed=5, n_videos=50, profile='realistic',
                                       realism=dict(flip_rate=0.3, idiosyncrasy=sd, coupling=0.5)))
@@ -81,16 +81,15 @@ def test_idiosyncrasy_spreads_an_edit_over_questions(noisy):
         ratio[sd] = float(np.var(q - p) / np.mean(p * (1 - p)))
     assert ratio[0.0] < 0.02 < ratio[0.2], ratio
 
+def _pair(world, qid, edit, coupling, seed) -> tuple[bool, bool]:
+    "(base right, edit right) on one question, both arms asking with `seed` (`realism.seeded_draw`, as the sim agent)."
+    right = lambda effects, text: seeded_draw(world['models'][qid], effects, seed, qid, text, coupling)[0]['right']
+    return right([], 'base'), right(edit[qid], 'edit')
+
 def _draw_pairs(world, qids, edit, coupling, n_seeds, start=0):
     "Correct (0/1) of base and edit arms per (seed, question), both arms asking with the same seed."
-    base, cand = [], []
-    for s in range(start, start + n_seeds):
-        for q in qids:
-            own = lambda seed, text: random.Random(stable_seed(seed, q, 'realistic', text))
-            crn = lambda seed: random.Random(stable_seed(seed, q, 'shared'))
-            base.append(draw_coupled(world['models'][q], [], own(s, 'base'), crn(s), coupling)['right'])
-            cand.append(draw_coupled(world['models'][q], edit[q], own(s, 'edit'), crn(s), coupling)['right'])
-    return np.array(base, float), np.array(cand, float)
+    pairs = [_pair(world, q, edit, coupling, s) for s in range(start, start + n_seeds) for q in qids]
+    return np.array([b for b, _ in pairs], float), np.array([c for _, c in pairs], float)
 
 @pytest.mark.parametrize('coupling', [0.0, 0.64, 1.0])
 def test_coupled_arms_disagree_as_common_random_numbers_predict(noisy, coupling):
@@ -118,7 +117,7 @@ def test_coupled_arms_disagree_as_common_random_numbers_predict(noisy, coupling)
 @pytest.mark.parametrize('sd', [0.0, 0.2])
 @pytest.mark.parametrize('coupling', [0.0, 0.64, 1.0])
 def test_gate_holds_its_level_on_null_edits_under_coupling_and_idiosyncrasy(noisy, sd, coupling):
-    """The shipped gate (defaults, cap 60) on ladders of a world's neutral edit drawn through `draw_coupled` with one
+    """The shipped gate (defaults, cap 60) on ladders of a world's neutral edit drawn through `seeded_draw` with one
     seed per pair: confirms at most alpha + 3 SE of the time. Reason: per unit P(W) - P(L) = q_i - p_i whatever the
     coupling, so ladders sampled from the pool are draws with P(W) <= P(L) when the edit's mean effect is <= 0."""
     w = noisy[sd]
@@ -128,11 +127,7 @@ def test_gate_holds_its_level_on_null_edits_under_coupling_and_idiosyncrasy(nois
     picks, out = rng.integers(0, len(qids), (n, cap)), np.empty((n, cap), np.int8)
     for i in range(n):
         for j in range(cap):
-            qid, seed = qids[picks[i, j]], int(i * cap + j)
-            own = lambda text: random.Random(stable_seed(seed, qid, 'realistic', text))
-            crn = lambda: random.Random(stable_seed(seed, qid, 'shared'))
-            b = draw_coupled(w['models'][qid], [], own('base'), crn(), coupling)['right']
-            c = draw_coupled(w['models'][qid], edit[qid], own('edit'), crn(), coupling)['right']
+            b, c = _pair(w, qids[picks[i, j]], edit, coupling, int(i * cap + j))
             out[i, j] = int(c) - int(b)
     params = replace(DEFAULT_GATE, evidence_cap=cap)
     exits, _ = gate_paths(out, params)

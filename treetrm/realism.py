@@ -13,7 +13,7 @@ from .core import ConfigError, where, stable_seed
 __all__ = ['EFFECT_MIXTURES', 'NOISE_DEFAULTS', 'mixture_components', 'component_counts', 'draw_effects', 'RealismParams',
            'sigmoid', 'seed_probabilities', 'flip_rate', 'calibrate_reach', 'rule_texts', 'jitter', 'idio_effect',
            'rule_reach_effect', 'p_right', 'calibrate_strength', 'rule_kind', 'question_models', 'realistic_rules',
-           'rule_effects', 'draw_answer', 'draw_coupled']
+           'rule_effects', 'draw_answer', 'draw_coupled', 'seeded_draw']
 
 # %% ../nbs/02a_realism.ipynb #2e0767dd
 EFFECT_MIXTURES = {  # name -> ((share, low, high), ...): a rule's true effect at the seed skills, in accuracy points
@@ -303,3 +303,16 @@ def draw_coupled(q:dict, # the question's model: reach, slip, guess
     followed = [own.random() < f for f, _ in effects]
     return dict(followed=followed, reached=own.random() < given, right=right,
                 costly=sum(on and e < 0 for on, (_, e) in zip(followed, effects)))
+
+def seeded_draw(q:dict, # the question's model: reach, slip, guess
+                effects:list[tuple[float, float]], # from `rule_effects`
+                seed:int, question_id:str, # the request's seed and its question
+                text:str, # what the agent reads (its own stream under a coupling)
+                coupling:float|None # None: `draw_answer` on the seed's one stream (the worlds before coupling)
+               ) -> tuple[dict, random.Random]:
+    "One request's draws and the stream it leaves (for later choices): every world's streams are keyed here."
+    if coupling is None:
+        rng = random.Random(stable_seed(seed, question_id, 'realistic'))
+        return draw_answer(q, effects, rng), rng
+    rng = random.Random(stable_seed(seed, question_id, 'realistic', text))
+    return draw_coupled(q, effects, rng, random.Random(stable_seed(seed, question_id, 'shared')), coupling), rng

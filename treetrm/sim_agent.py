@@ -10,7 +10,7 @@ from pathlib import Path
 from .core import DataError, canonical_json, sha256_json, stable_seed, where
 from .data import Question
 from .llm import LLMResponse
-from .realism import rule_effects, draw_answer, draw_coupled
+from .realism import rule_effects, seeded_draw
 from .sim_video import CARRIERS, mentions, OBJECTS, PERSONS, _slug, _wins
 from .sim import load_world, skill_behaviours, skill_rules, world_questions, world_tree
 
@@ -426,13 +426,7 @@ def realistic_draw(world:dict, q:Question, skill_text:str, seed:int) -> dict:
     "One run's draws for `q` under this skill text (`draw_answer`; `draw_coupled` when the world sets a coupling)."
     rules, coupling = skill_rules(world, q.task_type, skill_text), world['realism'].get('coupling')
     effects = rule_effects(rules, q.question_id, world['evidence'][q.question_id]['class'], world['seed'])
-    if coupling is None:  # one stream per request seed, whatever the text (the worlds before coupling was measured)
-        rng = random.Random(stable_seed(seed, q.question_id, 'realistic'))
-        d = draw_answer(world['models'][q.question_id], effects, rng)
-    else:  # a seeded sampler: its own stream per text, the seed's shared one deciding with chance `coupling`
-        rng = random.Random(stable_seed(seed, q.question_id, 'realistic', skill_text))
-        d = draw_coupled(world['models'][q.question_id], effects, rng,
-                         random.Random(stable_seed(seed, q.question_id, 'shared')), coupling)
+    d, rng = seeded_draw(world['models'][q.question_id], effects, seed, q.question_id, skill_text, coupling)
     letters = 'ABCDEFGH'[:len(q.options)]
     return d | {'letter': q.answer if d['right'] else rng.choice([l for l in letters if l != q.answer])}
 
