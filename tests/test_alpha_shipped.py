@@ -32,12 +32,14 @@ import pytest
 
 from treetrm.config import train_config
 from treetrm.loop_bench import DEFAULT_GRID_SPLIT, delivered_rules, single_threaded_polars
+from treetrm.realism import NOISE_LEGACY
 from treetrm.runner import Runner
 from treetrm.sim import make_world, load_world, world_questions, question_probability
 from treetrm.sim_agent import SimAgent
 from treetrm.sim_roles import SimJudge, SimEvolver
 
-NULL = dict(effects=((1.0, 0.0, 0.0),), side_effect_share=0.0)  # every rule's effect 0 everywhere (strength 0)
+NULL = dict(effects=((1.0, 0.0, 0.0),), side_effect_share=0.0,  # every rule's effect 0 everywhere (strength 0)
+            **NOISE_LEGACY)  # the worlds the README's measured rates came from (other settings: test_sim_noise_model)
 TYPES = ('Counting Problem', 'OCR Problems', 'Attribute Perception', 'Temporal Reasoning', 'Action Recognition',
          'Object Recognition')
 WORLD = dict(profile='realistic', n_videos=60, questions_per_video={t: 2 for t in TYPES}, realism=NULL)

@@ -364,6 +364,9 @@ def test_reduced_benchmark_grid_runs_as_written(checkout):
     block = readme_block('papermill nbs/bench/loop.ipynb out.ipynb -k python3')
     reduced, full = block.splitlines()[:2]
     assert full.startswith(reduced.split('#')[0].strip() + ' -p full True')
+    params = set(re.findall(r'^(\w+) = ', ''.join(next(c.source for c in nbformat.read(
+        ROOT/'nbs'/'bench'/'loop.ipynb', as_version=4).cells if 'parameters' in c.metadata.get('tags', []))), re.M))
+    assert {'full', 'pair_seeds', 'noise'} <= params and set(re.findall(r' -p (\w+) ', block)) <= params
     run_bash(reduced, checkout, clean_env(TREETRM_ROOT=str(checkout)), timeout=1800)
     summary = read_json(checkout/'workspaces'/'bench'/'loop.json')  # where the notebook's `out` says
     (cell, ) = summary['cells']

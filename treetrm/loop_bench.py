@@ -516,9 +516,9 @@ def cell_budget(world:dict) -> int:
     units = next(u for u, v in VIDEOS_FOR_UNITS.items() if v == world['n_videos'])
     return 10 * units
 
-def full_grid() -> list[dict]:
-    return [realistic_world(m, f, u) for m in MIXTURES for f in NOISE for u in VIDEOS_FOR_UNITS]
-def reduced_grid() -> list[dict]: return [realistic_world('balanced', 0.2, 60)]
+def full_grid(**noise) -> list[dict]:  # noise: the worlds' coupling / idiosyncrasy (None: today's defaults)
+    return [realistic_world(m, f, u, **noise) for m in MIXTURES for f in NOISE for u in VIDEOS_FOR_UNITS]
+def reduced_grid(**noise) -> list[dict]: return [realistic_world('balanced', 0.2, 60, **noise)]
 
 # %% ../nbs/17b_loop_bench.ipynb #f0c4d8e1
 BAR_RULES = ('greedy', 'gepa_engine', 'gepa', 'fixed_n')  # the practical rules the acceptance bar compares with

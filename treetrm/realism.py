@@ -10,7 +10,7 @@ import numpy as np
 from .core import ConfigError, where, stable_seed
 
 # %% auto #0
-__all__ = ['EFFECT_MIXTURES', 'NOISE_DEFAULTS', 'mixture_components', 'component_counts', 'draw_effects', 'RealismParams',
+__all__ = ['EFFECT_MIXTURES', 'NOISE_LEGACY', 'mixture_components', 'component_counts', 'draw_effects', 'RealismParams',
            'sigmoid', 'seed_probabilities', 'flip_rate', 'calibrate_reach', 'rule_texts', 'jitter', 'idio_effect',
            'rule_reach_effect', 'p_right', 'calibrate_strength', 'rule_kind', 'question_models', 'realistic_rules',
            'rule_effects', 'draw_answer', 'draw_coupled', 'seeded_draw']
@@ -68,7 +68,7 @@ class RealismParams:
     side_ratio: tuple = (0.2, 0.6) # size of that side effect relative to the main one
     informativeness: float = 2.0  # evolver: how strongly proposals lean towards rules rescuing the failures shown
     idiosyncrasy: float = 0.0 # sd of a rule's extra reach effect on each question, zero-mean noise on its planted one
-    coupling: float|None = None # arms asking with one request seed share their right/wrong draw with this chance
+    coupling: float|None = 0.0 # arms asking with one request seed share their right/wrong draw with this chance
 
     def __post_init__(self):
         mixture_components(self.effects)
@@ -94,14 +94,16 @@ class RealismParams:
                                     'e.g. 0.64, what a one-call agent measured at temperature 0.7', field='coupling'))
 
     def to_dict(self) -> dict:
-        "The settings as JSON values; noise fields at their defaults are left out (older worlds keep their bytes)."
+        "The settings as JSON values; noise fields at their legacy values are left out (older worlds keep their bytes)."
         return {
             k: (list(map(list, v))
                 if k == 'effects' and not isinstance(v, str) else list(v) if isinstance(v, tuple) else v)
-            for k, v in asdict(self).items() if not (k in NOISE_DEFAULTS and v == NOISE_DEFAULTS[k])
+            for k, v in asdict(self).items() if not (k in NOISE_LEGACY and v == NOISE_LEGACY[k])
         }
 
-NOISE_DEFAULTS = dict(idiosyncrasy=0.0, coupling=None)  # the settings a world before them had implicitly
+# What a world made before the noise settings had implicitly: a world.json without them reads as these (not as today's
+# defaults), and `realism=NOISE_LEGACY` makes the worlds of every benchmark figure committed before 2026-12-06.
+NOISE_LEGACY = dict(idiosyncrasy=0.0, coupling=None)
 
 # %% ../nbs/02a_realism.ipynb #d4aee51b
 def sigmoid(x): return 1 / (1 + np.exp(-x))
@@ -200,9 +202,16 @@ def _effect_points(strength:float, rule:dict, qs:dict) -> float:
 
 def calibrate_strength(target:float, rule:dict, qs:dict, grid:int=48) -> float:
     "The strength whose true effect is `target` points (the closest reachable one when it cannot be hit)."
+    sgn = 1 if target >= 0 else -1
+    if sgn * _effect_points(0.0, rule, qs) > sgn * target:  # idiosyncrasy alone overshoots: act the other way
+        lams = -np.linspace(0, 1.9, grid + 1)[1:]
+        vals = np.array([_effect_points(x, rule, qs) for x in lams])
+        hit = np.nonzero(sgn * vals <= sgn * target)[0]
+        if not len(hit): return float(lams[int(np.argmin(sgn * vals))])
+        lo, hi = lams[hit[0]], (lams[hit[0] - 1] if hit[0] else 0.0)  # sgn * (effect - target) rises from lo to hi
+        return _bisect(lambda x: sgn * (_effect_points(x, rule, qs) - target), lo, hi, iters=30)
     lams = np.linspace(0, 1.9, grid + 1)[1:]
     vals = np.array([_effect_points(x, rule, qs) for x in lams])
-    sgn = 1 if target >= 0 else -1
     hit = np.nonzero(sgn * vals >= sgn * target)[0]
     if not len(hit): return float(lams[int(np.argmax(sgn * vals))])
     hi = lams[hit[0]]

@@ -9,7 +9,7 @@ from pathlib import Path
 from .core import (ConfigError, DataError, atomic_write_json, asset_dir, read_json, sha256_file, sha256_json,
                           where)
 from .data import Question, load_questions, load_tree, option_text, save_questions
-from .realism import RealismParams, question_models, realistic_rules, rule_effects, p_right
+from .realism import NOISE_LEGACY, RealismParams, question_models, realistic_rules, rule_effects, p_right
 from .sim_video import (CLASS_WEIGHTS, derive_answer, evidence_rules, make_video, observe_features, PLANTERS,
                                QUESTIONS_PER_VIDEO, reachable, rule_effect, type_rule_specs, TYPE_RULES,
                                _duration_class, _slug)
@@ -150,8 +150,8 @@ def _question_problems(q:Question, ev:dict|None, tree) -> list[str]:
 def planted_truth(world:dict) -> dict:
     "The parts of world.json that follow from its evidence records and settings, recomputed."
     if world.get('profile', 'easy') == 'easy': return {'task_types': world_rules(world['evidence'])}
-    params = realism_params({k: v for k, v in world['realism'].items() if k != 'calibration'})
-    return realistic_layer(world['evidence'], world['seed'], params)
+    stored = {k: v for k, v in world['realism'].items() if k != 'calibration'}
+    return realistic_layer(world['evidence'], world['seed'], realism_params(NOISE_LEGACY | stored))  # absent: legacy
 
 def check_world(world_dir:str|Path, # a folder written by make_world
                 strict:bool=True # raise DataError on any problem
