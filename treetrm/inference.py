@@ -277,7 +277,7 @@ async def seed_probe(questions:list[Question], # questions to ask (the first `n_
 def seed_probe_note(probe:dict) -> str:
     "One line on what a `seed_probe` found, for the training report."
     n, v = probe['questions'], probe['verdict']
-    told = {'honoured': 'honours request seeds: paired arms share their draws',
+    told = {'honoured': 'honours request seeds: paired arms can share draws (how much, nbs/bench/noise.ipynb measures)',
             'ignored': 'ignores request seeds: pair_seeds cannot couple the arms (the gate stays valid, uncoupled)',
             'undetermined': 'answered alike at every seed (or failed): whether it honours seeds is not known'}[v]
     return (f"seed probe: the agent endpoint {told} ({probe['same_seed_alike']} of {n} questions alike at one seed, "
