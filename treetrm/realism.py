@@ -203,19 +203,12 @@ def _effect_points(strength:float, rule:dict, qs:dict) -> float:
 def calibrate_strength(target:float, rule:dict, qs:dict, grid:int=48) -> float:
     "The strength whose true effect is `target` points (the closest reachable one when it cannot be hit)."
     sgn = 1 if target >= 0 else -1
-    if sgn * _effect_points(0.0, rule, qs) > sgn * target:  # idiosyncrasy alone overshoots: act the other way
-        lams = -np.linspace(0, 1.9, grid + 1)[1:]
-        vals = np.array([_effect_points(x, rule, qs) for x in lams])
-        hit = np.nonzero(sgn * vals <= sgn * target)[0]
-        if not len(hit): return float(lams[int(np.argmin(sgn * vals))])
-        lo, hi = lams[hit[0]], (lams[hit[0] - 1] if hit[0] else 0.0)  # sgn * (effect - target) rises from lo to hi
-        return _bisect(lambda x: sgn * (_effect_points(x, rule, qs) - target), lo, hi, iters=30)
-    lams = np.linspace(0, 1.9, grid + 1)[1:]
+    way = -1 if sgn * _effect_points(0.0, rule, qs) > sgn * target else 1  # idiosyncrasy alone overshoots: act against
+    lams = way * np.linspace(0, 1.9, grid + 1)[1:]
     vals = np.array([_effect_points(x, rule, qs) for x in lams])
-    hit = np.nonzero(sgn * vals >= sgn * target)[0]
-    if not len(hit): return float(lams[int(np.argmax(sgn * vals))])
-    hi = lams[hit[0]]
-    lo = lams[hit[0] - 1] if hit[0] else 0.0
+    hit = np.nonzero(way * sgn * (vals - target) >= 0)[0]
+    if not len(hit): return float(lams[int(np.argmax(way * sgn * vals))])
+    lo, hi = sorted((lams[hit[0]], lams[hit[0] - 1] if hit[0] else 0.0))  # sgn * (effect - target) rises from lo to hi
     return _bisect(lambda x: sgn * (_effect_points(x, rule, qs) - target), lo, hi, iters=30)
 
 def _rule_shape(rng:random.Random, target:float, classes:list[str], p:RealismParams) -> dict:
