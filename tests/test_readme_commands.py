@@ -56,6 +56,12 @@ RUN_BY = {  # a block's marker -> the test that runs it, reading the block from 
     "\"{'train.gate.tau': 0.1}\"": CONFIGURATION_TEST,
 }
 NOT_RUN = {  # a block's marker -> why no test runs it
+    'from treetrm.loop_bench import run_grid, full_grid, cell_budget':
+        'the full grid on a Ray cluster and a sweep on the user\'s endpoints; the same calls run small on a real '
+        'two-node Ray cluster in tests/test_ray.py (run_grid and sweep with an address) and tests/test_sweep.py',
+    'papermill nbs/bench/scale.ipynb out.ipynb -k python3 -p out nbs/bench/results/scale-2026-12-06.json':
+        'the scale benchmark: about 15 minutes on 2 cores; tests/test_bench_scale.py runs the same notebook on a '
+        'small setting',
     '.venv-llama/bin/python -m llama_cpp.server --model "$GGUF" --model_alias smollm2-135m --port 8765 --n_ctx 4096':
         'the noise measurement: about an hour of a real model on 2 cores; tests/test_real_model.py::'
         'test_noise_measurement_on_a_real_model runs the same notebook, reduced, on the CI llama.cpp server',

@@ -61,3 +61,21 @@ def test_budget_is_refused_before_the_call():
         with pytest.raises(BudgetError): asyncio.run(p.chat(msgs))
         assert len(rows) == 2 and b.used == 2
     finally: CALL_BUDGET.reset(token)
+
+
+def test_budget_binds_over_http(tmp_path, world, monkeypatch):
+    "On the openai backend (the sim server over real HTTP) every role's calls take from the budget too."
+    from treetrm.sim_server import serve
+    cfg = dict(epochs=50, patience=50, min_ladder_units=4, max_calls=137, deliver='current',
+               batch=dict(batch_size=8, min_class=4, correct_ratio=0.2))
+    with serve(world_dir=world, seed=0) as srv:
+        for role in ('agent', 'judge', 'evolver'):
+            for key, value in (('MODEL', f'sim-{role}'), ('BASE_URL', srv.base_url), ('API_KEY', 'sk-dummy')):
+                monkeypatch.setenv(f'TREETRM_{role.upper()}_{key}', value)
+        r = Runner(tmp_path/'ws', backend='openai', data_dir=world, config=cfg, split_config=SPLIT, concurrency=4,
+                   progress=False)
+        res = asyncio.run(r.train('b', acceptance='greedy'))
+    calls = _training_calls(r, res.internal_run_id)
+    assert calls.height == 137 and set(calls['role'].unique()) >= {'agent', 'judge'}
+    spent = [d for d in res.state.decisions if d['kind'] == 'budget']
+    assert len(spent) == 1 and spent[0]['calls'] == 137

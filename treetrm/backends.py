@@ -4,14 +4,18 @@
 
 # %% ../nbs/02b_backends.ipynb #da348420
 from __future__ import annotations
-import importlib
+import asyncio, importlib, random
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
-from .core import ConfigError, where
-from .llm import OpenAIProvider
+from fastcore.basics import patch
+from .core import ConfigError, InfraError, where
+from .llm_config import RoleConfig, endpoint_urls, endpoint_host, load_role_config
+from .llm import OpenAIProvider, LLMResponse, backoff_delay
 
 # %% auto #0
-__all__ = ['BACKENDS', 'DEMO_WORLD', 'register_backend', 'resolve_reference', 'make_providers', 'openai_providers', 'demo_world']
+__all__ = ['BACKENDS', 'DEMO_WORLD', 'register_backend', 'resolve_reference', 'make_providers', 'openai_providers',
+           'EndpointTelemetry', 'EndpointPool', 'role_provider', 'demo_world']
 
 # %% ../nbs/02b_backends.ipynb #8135ed21
 BACKENDS: dict[str, Callable|str] = {}  # backend name -> its providers factory, or a 'module:function' reference to it
@@ -41,11 +45,89 @@ def make_providers(backend:str='sim', # a registered backend: 'sim' (offline pla
     return factory(roles, world_dir, seed, **kw)
 
 def openai_providers(roles, world_dir=None, seed:int=0, **kw) -> dict: # `world_dir` and `seed` do not apply
-    "role -> `OpenAIProvider` from the role's `TREETRM_<ROLE>_*` variables (`kw` goes to `from_env`)."
-    return {r: OpenAIProvider.from_env(r, **kw) for r in roles}
+    "role -> its provider from the role's `TREETRM_<ROLE>_*` variables (`role_provider`; `kw` goes to it)."
+    return {r: role_provider(r, **kw) for r in roles}
 
 register_backend('sim', 'treetrm.sim_roles:sim_providers')
 register_backend('openai', openai_providers)
+
+# %% ../nbs/02b_backends.ipynb #dd1fa004
+class EndpointTelemetry:
+    "A telemetry sink that tags each row of a request sent to `endpoint` (a cache hit went nowhere: no tag)."
+    def __init__(self, sink:Callable, endpoint:str): self.sink, self.endpoint = sink, endpoint
+    def tag(self, row:dict) -> dict:
+        return row if row.get('status') == 'cache_hit' else row | {'endpoint': self.endpoint}
+    def __call__(self, row:dict): return self.sink(self.tag(row))
+    @property
+    def sent(self) -> Callable|None: # the sink's write-ahead, tagged, when it has one
+        sent = getattr(self.sink, 'sent', None)
+        return None if sent is None else lambda row: sent(self.tag(row))
+
+class EndpointPool:
+    "An `LLMProvider` over several endpoints serving one model: fewest in flight first, failover, a breaker each."
+    def __init__(self, config:RoleConfig, # base_url lists the endpoints, comma-separated
+                 *, telemetry:Callable|None=None, # one row per attempt, tagged with its endpoint
+                 rng:random.Random|None=None, # backoff jitter
+                 **kw): # the rest of `OpenAIProvider`'s arguments (cache, run_id, role, http_client)
+        self.config, self.role, self.model = config, kw.get('role') or config.role, config.model
+        self._rng = rng or random.Random()
+        urls = endpoint_urls(config.base_url, self.role)
+        sinks = [None if telemetry is None else EndpointTelemetry(telemetry, endpoint_host(u)) for u in urls]
+        self.endpoints = [OpenAIProvider(replace(config, base_url=u, max_retries=0), telemetry=s, rng=self._rng, **kw)
+                          for u, s in zip(urls, sinks)]
+        self.in_flight, self.sent = [0] * len(urls), [0] * len(urls)
+
+    def __repr__(self):
+        return f'EndpointPool(role={self.role!r}, model={self.model!r}, endpoints={len(self.endpoints)})'
+    @property
+    def context_tokens(self) -> int|None: return self.config.context_tokens
+    @property
+    def max_tokens(self) -> int|None: return self.config.max_tokens
+
+# %% ../nbs/02b_backends.ipynb #aa4fb9c8
+@patch
+def pick(self:EndpointPool, tried:set) -> int:
+    "The endpoint for the next attempt: not tried by this call, breaker not refusing, fewest in flight, fewest sent."
+    def refusing(i): return self.endpoints[i].breaker.state == 'open' and self.endpoints[i].breaker.retry_in_s() > 0
+    return min((i for i in range(len(self.endpoints)) if i not in tried),
+               key=lambda i: (refusing(i), self.in_flight[i], self.sent[i], i))
+
+@patch
+async def _on(self:EndpointPool, i:int, messages:list[dict], kw:dict) -> LLMResponse:
+    "One attempt on endpoint `i`, counted in flight."
+    self.in_flight[i] += 1
+    self.sent[i] += 1
+    try: return await self.endpoints[i].chat(messages, **kw)
+    finally: self.in_flight[i] -= 1
+
+@patch
+async def chat(self:EndpointPool, messages:list[dict], **kw) -> LLMResponse:
+    "One call: attempts fail over across the endpoints, backing off only once every endpoint has failed it."
+    cfg, tried = self.config, set()
+    for attempt in range(1 + cfg.max_retries):
+        if len(tried) == len(self.endpoints):  # every endpoint failed this call: wait as one endpoint would
+            await asyncio.sleep(backoff_delay(attempt, cfg.backoff_base_s, cfg.backoff_max_s, self._rng.random()))
+            tried = set()
+        i = self.pick(tried)
+        tried.add(i)
+        try: return await self._on(i, messages, kw)
+        except InfraError as e:
+            if not getattr(e, 'retryable', False) or attempt == cfg.max_retries: raise
+
+@patch
+async def aclose(self:EndpointPool):
+    "Close every endpoint's HTTP clients."
+    for p in self.endpoints: await p.aclose()
+
+# %% ../nbs/02b_backends.ipynb #2d202a16
+def role_provider(role:str, # one of llm_config.ROLES
+                  env:dict|None=None, # variables that win over .env (default: os.environ)
+                  dotenv_path:str|Path|None=None, # .env file (default: the project root's, if any)
+                  **kw): # `OpenAIProvider` arguments (cache, telemetry, run_id, http_client)
+    "The provider of `role` from its TREETRM_<ROLE>_* variables: one endpoint, or an `EndpointPool` over several."
+    config = load_role_config(role, env, dotenv_path)
+    several = len(endpoint_urls(config.base_url, role)) > 1
+    return EndpointPool(config, **kw) if several else OpenAIProvider(config, **kw)
 
 # %% ../nbs/02b_backends.ipynb #915fe6fe
 DEMO_WORLD = 'treetrm.sim:ensure_demo_world' # what writes (when missing) and checks the demo world

@@ -14,7 +14,7 @@ from .log import HarnessLog
 
 # %% auto #0
 __all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'filed_under', 'call_budget', 'current_run_id', 'request_key', 'CallRecorder',
-           'RecordedProvider']
+           'RecordedProvider', 'BudgetedProvider']
 
 # %% ../nbs/16b_calls.ipynb #ed286037
 CURRENT_RUN: contextvars.ContextVar = contextvars.ContextVar('treetrm_current_run', default=None)
@@ -109,3 +109,16 @@ class RecordedProvider:
         self.record(self._row(labels, status='ok', model=model, latency_s=time.monotonic() - t0,
                               cost=call_cost(model, usage), **usage))
         return r
+
+# %% ../nbs/16b_calls.ipynb #1872f23a
+class BudgetedProvider:
+    "An `LLMProvider` that takes each call from the current `CALL_BUDGET` before the provider it wraps makes it."
+    def __init__(self, inner): self.inner = inner # a provider that records its own calls
+    async def chat(self, messages, **kw):
+        "Take the call from the budget (`BudgetError` before anything is sent), then make it."
+        if (budget := CALL_BUDGET.get()) is not None: budget.take()
+        return await self.inner.chat(messages, **kw)
+    def __getattr__(self, name): # model, config, context_tokens, aclose, ... of the wrapped provider
+        if name == 'inner': raise AttributeError(name) # not set yet (a copy being made)
+        return getattr(self.inner, name)
+    def __repr__(self): return f'BudgetedProvider({self.inner!r})'

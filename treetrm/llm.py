@@ -546,9 +546,11 @@ async def _failed(self:OpenAIProvider, f:_CallFailed, call_id:str, t0:float) -> 
                     'or serve a longer context (llama.cpp --n_ctx, vLLM --max-model-len)',
                     role=self.role, model=self.model, endpoint=self.config.base_url, run_id=self.run_id, error=f.error),
                 self.config.api_key))
-    return self._infra_error(f'LLM call failed after {f.attempts} attempt(s)',
-                             'Check the endpoint, model name and key; transient errors were already retried',
-                             error=f.error)
+    e = self._infra_error(f'LLM call failed after {f.attempts} attempt(s)',
+                          'Check the endpoint, model name and key; transient errors were already retried',
+                          error=f.error)
+    e.retryable = f.how != 'rejected'  # another endpoint of the model may answer it (`backends.EndpointPool`)
+    return e
 
 @patch
 async def _succeeded(self: OpenAIProvider, r: LLMResponse, attempts: int, key: str | None, call_id: str,
@@ -566,9 +568,11 @@ async def _succeeded(self: OpenAIProvider, r: LLMResponse, attempts: int, key: s
 async def _fail_fast(self:OpenAIProvider, call_id:str) -> InfraError:
     "Record a call the open breaker refused; the error to raise."
     await self._emit(call_id=call_id, status='breaker_open', error='circuit breaker open')
-    return self._infra_error('circuit breaker open after repeated failed calls; failing fast',
-                             'Check the endpoint is up; a probe call goes through after the cool-down',
-                             retry_in_s=round(self.breaker.retry_in_s(), 2))
+    e = self._infra_error('circuit breaker open after repeated failed calls; failing fast',
+                          'Check the endpoint is up; a probe call goes through after the cool-down',
+                          retry_in_s=round(self.breaker.retry_in_s(), 2))
+    e.retryable = True  # nothing was sent: another endpoint may answer
+    return e
 
 @patch
 async def _unanswered(self:OpenAIProvider, e:BaseException, ahead:_WriteAhead, t0:float):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math, os, re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from urllib.parse import urlparse
 
 from dotenv import dotenv_values
 
@@ -14,8 +15,8 @@ from .core import ConfigError, where, project_root
 
 # %% auto #0
 __all__ = ['PROVIDER_KINDS', 'ROLES', 'STRUCTURED_MODES', 'MIN_CONTEXT_TOKENS', 'PRICE_KEYS', 'Secret', 'redact',
-           'detect_provider_kind', 'thinking_extra_body', 'RoleConfig', 'role_env_name', 'read_settings', 'role_prices',
-           'load_role_config']
+           'detect_provider_kind', 'thinking_extra_body', 'RoleConfig', 'role_env_name', 'read_settings',
+           'endpoint_urls', 'endpoint_host', 'role_prices', 'load_role_config']
 
 # %% ../nbs/01b_llm_config.ipynb #00a11ff6
 class Secret:
@@ -172,6 +173,27 @@ _OPTIONAL = {
     'PROVIDER_KIND': ('provider_kind', str.lower, lambda v: v in PROVIDER_KINDS, f'one of {", ".join(PROVIDER_KINDS)}')
 }
 
+# %% ../nbs/01b_llm_config.ipynb #98c46491
+def endpoint_urls(base_url:str, # one endpoint, or several separated by commas
+                  role:str='agent' # the role (named in the error)
+                 ) -> list[str]:
+    "The endpoints of a role's base URL: one, or several separated by commas; an empty or repeated one is an error."
+    urls = [u.strip() for u in base_url.split(',')]
+    canonical = [u.rstrip('/') for u in urls]
+    if not all(urls) or len(set(canonical)) < len(urls):
+        raise ConfigError(where(f'{role_env_name(role, "BASE_URL")} lists an empty or repeated endpoint',
+                                'Separate distinct endpoints with single commas', got=endpoint_host(base_url)))
+    return urls
+
+def endpoint_host(base_url:str # an endpoint, or several separated by commas
+                 ) -> str|None:
+    "host[:port] of each endpoint (comma-separated), without any user or password written into the URL."
+    hosts = []
+    for u in base_url.split(','):
+        url = urlparse(u.strip())
+        hosts.append(url.hostname if url.port is None else f'{url.hostname}:{url.port}')
+    return None if hosts == [None] else ','.join(h or '' for h in hosts)
+
 # %% ../nbs/01b_llm_config.ipynb #f18e717b
 PRICE_KEYS = ('PRICE_IN', 'PRICE_OUT')
 
@@ -208,4 +230,5 @@ def load_role_config(role:str, # one of ROLES
         for k, (attr, cast, ok, need) in _OPTIONAL.items() if get(k)
     }
     opts['prices'] = role_prices(role, get)
+    endpoint_urls(get('BASE_URL'), role)  # several endpoints: checked here, spread by `backends.EndpointPool`
     return RoleConfig(get('MODEL'), get('BASE_URL'), api_key=get('API_KEY'), role=role, **{**opts, **overrides})

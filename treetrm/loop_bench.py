@@ -4,7 +4,7 @@
 
 # %% ../nbs/17b_loop_bench.ipynb #0c771a4c
 from __future__ import annotations
-import asyncio, concurrent.futures as cf, contextlib, math, multiprocessing as mp, os, random, shutil, tempfile, time
+import math, random, shutil, tempfile, time
 from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 import polars as pl
@@ -26,6 +26,7 @@ from .gepa_engine import gepa_engine_train
 from .integrations.gepa import gated_engine
 from .runner import Runner
 from .validate import materialised_candidates, candidates_root
+from .executors import run_jobs, check_executor
 from . import report
 
 # %% auto #0
@@ -35,10 +36,10 @@ __all__ = ['BENCH_RULES', 'RULE_LABELS', 'RULE_COLORS', 'RULE_DESCRIPTIONS', 'EN
            'free_validation_rule', 'CellSpec', 'grid_cells', 'BenchSettings', 'train_config', 'world_runner',
            'run_calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin', 'proposal_bins', 'score_files',
            'timeline_files', 'train_with_rule', 'run_world', 'mean_ci', 'harm_measures', 'rule_summary', 'share_of',
-           'verdict', 'cell_summary', 'single_threaded_polars', 'job_rows_file', 'run_job', 'naming_failed_job',
-           'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'cell_mixture',
-           'grid_bar', 'pooled_rows', 'plot_frontier', 'plot_budget', 'plot_pooled', 'loop_table', 'write_loop_bench',
-           'show_loop_bench', 'bar_table']
+           'verdict', 'cell_summary', 'job_rows_file', 'fresh_job', 'failed_job_note', 'check_rules', 'grid_summary',
+           'say_job', 'run_grid', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units',
+           'cell_mixture', 'grid_bar', 'pooled_rows', 'plot_frontier', 'plot_budget', 'plot_pooled', 'loop_table',
+           'write_loop_bench', 'show_loop_bench', 'bar_table']
 
 # %% ../nbs/17b_loop_bench.ipynb #82282a2f
 BENCH_RULES = ('gate', 'gepa_engine', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'oracle')
@@ -408,90 +409,35 @@ def cell_summary(cell:CellSpec, seeds, rows:list[dict]) -> dict:
     return dict(world=cell.world, budget=cell.budget, seeds=list(seeds), rules=summaries, verdict=verdict(summaries))
 
 # %% ../nbs/17b_loop_bench.ipynb #03348576
-@contextlib.contextmanager
-def single_threaded_polars():
-    "Worker processes started inside get POLARS_MAX_THREADS=1 (see above)."
-    old = os.environ.get('POLARS_MAX_THREADS')
-    os.environ['POLARS_MAX_THREADS'] = '1'
-    try: yield
-    finally:
-        if old is None: os.environ.pop('POLARS_MAX_THREADS')
-        else: os.environ['POLARS_MAX_THREADS'] = old
-
 def job_rows_file(spec:dict, seed:int, rules, budget:int, settings:BenchSettings, workdir) -> Path:
     "Where a finished (world, seed) job keeps its rows: named by everything that decides them."
     return Path(workdir)/f'rows-{sha256_json([spec, seed, list(rules), budget, asdict(settings)])[:12]}.json'
 
-async def run_job(spec:dict, seed:int, rules, budget:int, settings:BenchSettings, workdir) -> list[dict]:
-    "`run_world`, remembered: a finished job's rows are read back; an unfinished one restarts from a clean workspace."
-    done = job_rows_file(spec, seed, rules, budget, settings, workdir)
-    if done.exists(): return read_json(done)
+async def fresh_job(spec:dict, seed:int, rules, budget:int, settings:BenchSettings, workdir=None) -> list[dict]:
+    "`run_world` from a clean workspace in `workdir` (None: a scratch folder of this machine, removed after)."
+    if workdir is None:
+        with tempfile.TemporaryDirectory(prefix='treetrm-job-') as scratch:
+            return await run_world(spec, seed, rules, budget, settings, scratch)
     shutil.rmtree(Path(workdir)/f'w{seed}-{sha256_json(spec)[:10]}'/'workspace', ignore_errors=True)
-    rows = await run_world(spec, seed, rules, budget, settings, workdir)
-    atomic_write_json(done, rows)
-    return rows
+    return await run_world(spec, seed, rules, budget, settings, workdir)
 
-def _job(args) -> list[dict]:
-    "One (world, seed) of the grid in a worker process: a fresh interpreter with no event loop, so it owns one."
-    with asyncio.Runner() as loop: return loop.run(run_job(*args))
+def failed_job_note(index:int, cell, seed:int, workdir) -> str:
+    "The note a failed job's exception leaves with: its (world, seed) and where the finished jobs are."
+    world = cell.world.get('realism', cell.world)
+    kept = (f'finished jobs are kept in {workdir}: run again with the same workdir to resume' if workdir else
+            'finished jobs were in a temporary folder: pass workdir= to keep them')
+    return f'grid cell {index} (world {world}, {cell.world.get("n_videos")} videos), world seed {seed}; {kept}'
 
-@contextlib.contextmanager
-def naming_failed_job(index:int, cell, seed:int, workdir):
-    "A job's exception leaves with a note naming its (world, seed) and where the finished jobs are."
-    try: yield
-    except Exception as e:
-        world = cell.world.get('realism', cell.world)
-        kept = (f'finished jobs are kept in {workdir}: run again with the same workdir to resume' if workdir else
-                'finished jobs were in a temporary folder: pass workdir= to keep them')
-        e.add_note(f'grid cell {index} (world {world}, {cell.world.get("n_videos")} videos), world seed {seed}; {kept}')
-        raise
-
-async def run_grid(
-    worlds: list[dict],  # world specs: make_world arguments without the seed
-    rules=BENCH_RULES,  # rules to compare, names of BENCH_RULES
-    budget=4000,  # hard budget of calls per training run: a number, or a function world spec -> calls
-    seeds=(0, 1),  # world seeds of every cell
-    processes: int = 1,  # worker processes (1: in this process); results are the same either way
-    settings: BenchSettings | None = None,  # the runs' settings
-    workdir: str | Path | None = None,  # where worlds and workspaces go (None: a temporary folder, removed afterwards)
-    verbose: bool = True  # one line per finished (world, seed)
-) -> dict:
-    "Train every rule on every (world, seed) at the cell's budget: a truth-scored summary shaped like loop.json."
-    settings, t0 = settings or BenchSettings(), time.perf_counter()
+def check_rules(rules) -> None:
+    "A `ConfigError` for a rule name the benchmark does not know."
     if bad := [r for r in rules if not any(r in known for known in (BENCH_RULES, ABLATIONS, CEILINGS, ENGINE_RULES))]:
         raise ConfigError(
             where(f'unknown benchmark rules {bad}',
                   f'Use some of {BENCH_RULES}, the ablations {tuple(ABLATIONS)}, the ceilings {tuple(CEILINGS)} or '
                   f'the engine rules {tuple(ENGINE_RULES)}', field='rules'))
-    cells = grid_cells(worlds, budget)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-grid-'))
-    keys = [(i, s) for s in seeds for i in range(len(cells))]  # seed by seed: an interrupted grid has whole seeds done
-    jobs = {(i, s): (cells[i].world, s, tuple(rules), cells[i].budget, settings, str(work / f'cell{i}'))
-            for i, s in keys}
-    def say(k, rows):
-        gains = ', '.join(f"{r['rule']} {r['gain']:+.2f}" for r in rows)
-        if verbose: print(f'cell {k[0]} seed {k[1]}: {gains}', flush=True)
-    results = {}
-    try:
-        if processes <= 1:
-            for k in keys:
-                with naming_failed_job(k[0], cells[k[0]], k[1], workdir): results[k] = await run_job(*jobs[k])
-                say(k, results[k])
-        else:
-            with single_threaded_polars(), cf.ProcessPoolExecutor(processes,
-                                                                  mp_context=mp.get_context('spawn')) as pool:
-                futs = {k: asyncio.wrap_future(pool.submit(_job, jobs[k])) for k in keys}
-                try:
-                    for k, f in futs.items():
-                        with naming_failed_job(k[0], cells[k[0]], k[1], workdir): results[k] = await f
-                        say(k, results[k])
-                except BaseException:  # a failure or an interrupt: jobs still queued do not start
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    for f in futs.values():  # the other jobs' outcomes go with this one: none left for asyncio to log
-                        if not f.cancel() and not f.cancelled(): f.exception()
-                    raise
-    finally:
-        if workdir is None: shutil.rmtree(work, ignore_errors=True)
+
+def grid_summary(cells:list[CellSpec], seeds, rules, results:dict, settings:BenchSettings, t0:float) -> dict:
+    "loop.json's shape from the rows of every (cell index, seed)."
     out = [cell_summary(c, seeds, [r for s in seeds for r in results[(i, s)]]) for i, c in enumerate(cells)]
     held = [r for r in rules if r in ('gate', 'oracle_paid') or r in ABLATIONS]  # the rules read against the bar
     return dict(
@@ -500,6 +446,48 @@ async def run_grid(
         units=dict(gain='accuracy points on the test pool, exact expectation (sim.true_accuracy)',
                    budget='model calls of every role per run',
                    ci='95% t interval over world seeds (clustered by world seed)'))
+
+def say_job(key:tuple, rows:list[dict], kept:bool=False):
+    "The line a finished (cell, seed) prints: each rule's gain."
+    gains = ', '.join(f"{r['rule']} {r['gain']:+.2f}" for r in rows)
+    print(f'cell {key[0]} seed {key[1]}: {gains}' + (' (finished earlier, read from workdir)' if kept else ''),
+          flush=True)
+
+async def run_grid(
+    worlds: list[dict],  # world specs: make_world arguments without the seed
+    rules=BENCH_RULES,  # rules to compare, names of BENCH_RULES
+    budget=4000,  # hard budget of calls per training run: a number, or a function world spec -> calls
+    seeds=(0, 1),  # world seeds of every cell
+    processes: int = 1,  # worker processes (1: in this process); executor='ray' without address: local Ray's CPUs
+    settings: BenchSettings | None = None,  # the runs' settings
+    workdir: str | Path | None = None,  # where worlds and workspaces go (None: a temporary folder, removed afterwards)
+    verbose: bool = True,  # one line per finished (world, seed)
+    executor: str = 'processes',  # 'processes' (this process or a pool) or 'ray'; results are the same
+    address: str | None = None  # executor='ray': a cluster ('auto', 'ray://host:10001'); None: Ray on this machine
+) -> dict:
+    "Train every rule on every (world, seed) at the cell's budget: a truth-scored summary shaped like loop.json."
+    settings, t0 = settings or BenchSettings(), time.perf_counter()
+    check_rules(rules)
+    check_executor(executor, processes, address)
+    cells = grid_cells(worlds, budget)
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-grid-'))
+    keys = [(i, s) for s in seeds for i in range(len(cells))]  # seed by seed: an interrupted grid has whole seeds done
+    args = {(i, s): (cells[i].world, s, tuple(rules), cells[i].budget, settings) for i, s in keys}
+    done = {k: job_rows_file(*a, work/f'cell{k[0]}') for k, a in args.items()}
+    results = {k: read_json(done[k]) for k in keys if done[k].exists()}
+    for k in results:
+        if verbose: say_job(k, results[k], kept=True)
+    todo = {k: a + (None if executor == 'ray' else str(work/f'cell{k[0]}'), ) for k, a in args.items()
+            if k not in results}
+    describe = lambda k: failed_job_note(k[0], cells[k[0]], k[1], workdir)
+    try:
+        async for k, rows in run_jobs(fresh_job, todo, executor, processes, address, describe):
+            atomic_write_json(done[k], rows)
+            results[k] = rows
+            if verbose: say_job(k, rows)
+    finally:
+        if workdir is None: shutil.rmtree(work, ignore_errors=True)
+    return grid_summary(cells, seeds, rules, results, settings, t0)
 
 # %% ../nbs/17b_loop_bench.ipynb #86833076
 MIXTURES, NOISE = ('balanced', 'mature', 'rich'), (0.15, 0.30)

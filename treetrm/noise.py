@@ -14,8 +14,9 @@ from matplotlib.figure import Figure
 from .core import ConfigError, where, check_count, from_root, atomic_write_json, project_root
 from .data import (Question, VideoTree, node_text, option_letters, option_text, load_questions,
                           load_trees)
-from .llm import LLMProvider, OpenAIProvider, json_schema_format, reply_json, ReplyError
+from .llm import LLMProvider, json_schema_format, reply_json, ReplyError
 from .llm_config import read_settings
+from .backends import role_provider
 from .skills import Skill, route_skills, load_skill_dir
 from .sim import make_world, QUESTIONS_PER_VIDEO
 from .agent import skills_sections, run_agent
@@ -282,11 +283,11 @@ def plot_noise(table:pl.DataFrame) -> Figure:
 def noise_provider(base_url:str|None=None, # the endpoint (None: TREETRM_AGENT_BASE_URL from the environment or .env)
                    model:str|None=None, # the model as the endpoint names it (None: TREETRM_AGENT_MODEL)
                    **settings # other TREETRM_AGENT_* settings by name, e.g. context_tokens=4096, max_tokens=200
-                  ) -> OpenAIProvider:
+                  ) -> LLMProvider:
     "The agent-role provider under measurement, with no response cache; its key stays in the environment or `.env`."
     given = dict(base_url=base_url, model=model) | settings
     env = read_settings() | {f'TREETRM_AGENT_{k.upper()}': str(v) for k, v in given.items() if v is not None}
-    return OpenAIProvider.from_env('agent', env=env)
+    return role_provider('agent', env=env)  # several endpoints of the model: an `EndpointPool`
 
 def noise_inputs(world_dir:str|Path, # where the sim world is written (made once, then read back)
                  n_questions:int, # questions to sample

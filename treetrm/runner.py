@@ -8,12 +8,11 @@ import difflib, importlib.metadata, os, platform, shutil, subprocess, sys, tempf
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
-from urllib.parse import urlparse
 import polars as pl
 from fastcore.basics import patch
 from .core import (ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes, CallBudget,
                           BudgetError, package_dir, sha256_file)
-from .llm_config import RoleConfig
+from .llm_config import RoleConfig, endpoint_host
 from .skills import load_manifest
 from .log import FINAL_TEST, check_run_id, gate_id
 from .inference import InferenceResult, answer_health, seed_probe, seed_probe_note
@@ -417,19 +416,13 @@ def git_state(folder:str|Path # the top folder of a checkout, e.g. the package's
     return dict(commit=_git(Path(folder), 'rev-parse', 'HEAD'), dirty=None if status is None else bool(status))
 
 # %% ../nbs/17_runner.ipynb #6b1495b7
-def _endpoint_host(base_url:str) -> str|None:
-    "host[:port] of an endpoint, without any user or password written into the URL."
-    url = urlparse(base_url)
-    if url.port is None: return url.hostname
-    return f'{url.hostname}:{url.port}'
-
 def role_provenance(provider, # a role's provider, as the runner holds it
                     backend:str # the runner's backend, the kind of a provider without endpoint settings
                    ) -> dict:
     "A role's model, endpoint host and provider kind; never its key."
     config = getattr(getattr(provider, 'inner', provider), 'config', None)
     if not isinstance(config, RoleConfig): return dict(model=provider.model, base_url_host=None, provider_kind=backend)
-    return dict(model=config.model, base_url_host=_endpoint_host(config.base_url), provider_kind=config.kind)
+    return dict(model=config.model, base_url_host=endpoint_host(config.base_url), provider_kind=config.kind)
 
 # %% ../nbs/17_runner.ipynb #fb086980
 @patch

@@ -17,7 +17,7 @@ from .diagnose import diagnose as diagnose_run
 from .split import run_split, load_split, has_pools, pools_dir, load_split_config, Split
 from .backends import BACKENDS, demo_world, make_providers
 from .config import Config, TrainConfig, runner_config
-from .calls import CallRecorder, RecordedProvider, filed_under
+from .calls import CallRecorder, RecordedProvider, BudgetedProvider, filed_under
 
 # %% auto #0
 __all__ = ['TRAIN_ROLES', 'BASELINE_RUN', 'Workspace']
@@ -28,12 +28,13 @@ TRAIN_ROLES = ('agent', 'judge', 'evolver')
 def _providers(backend, data_dir, seed, recorder, providers, cache=None) -> dict:
     "The role providers, each reporting its calls to `recorder`; on 'openai' all share the workspace's response cache."
     if providers is not None: return {r: RecordedProvider(p, r, recorder) for r, p in providers.items()}
-    if backend == 'openai':
+    if backend == 'openai':  # they record their own calls; the budget takes each one
         out = make_providers('openai', roles=TRAIN_ROLES, telemetry=recorder, cache=cache)
         try:
-            return out | make_providers('openai', roles=('vision',), telemetry=recorder,
-                                        cache=cache)  # optional: observe_frame on real frames
-        except ConfigError: return out
+            out |= make_providers('openai', roles=('vision',), telemetry=recorder,
+                                  cache=cache)  # optional: observe_frame on real frames
+        except ConfigError: pass
+        return {r: BudgetedProvider(p) for r, p in out.items()}
     providers = make_providers(backend, world_dir=data_dir, roles=TRAIN_ROLES, seed=seed)
     return {r: RecordedProvider(p, r, recorder) for r, p in providers.items()}
 
