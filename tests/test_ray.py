@@ -10,7 +10,7 @@ from treetrm.core import ConfigError
 from treetrm.executors import run_jobs
 from treetrm.loop_bench import run_grid, BenchSettings, job_rows_file
 from treetrm.sweep import sweep
-from test_bench_loop import TINY, SETTINGS, without_wall_s
+from test_bench_loop import TINY, SETTINGS, UNREACHABLE, without_wall_s
 from test_sweep import RUNS, CONFIG
 
 RAY = Path(sys.executable).parent/'ray'
@@ -138,6 +138,15 @@ def test_an_interrupted_ray_grid_resumes_without_rerunning_finished_jobs(cluster
     assert sent == [[(0, 0), (0, 1)], [(0, s) for s, r in zip((0, 1), rows) if r != finished]]
     assert (finished.read_bytes(), finished.stat().st_mtime_ns) == kept
     assert without_wall_s(resumed) == processes_json
+
+
+def test_a_failed_ray_job_is_named_by_cell_and_seed(cluster, tmp_path):
+    "A job that raises on the cluster stops the grid with its own error, its cell and world seed named; not retried."
+    with pytest.raises(ConfigError) as e:
+        asyncio.run(run_grid([TINY, UNREACHABLE], workdir=tmp_path, executor='ray', address=cluster[0],
+                             **GRID | dict(seeds=(0, ))))
+    assert 'flip_rate 0.9 cannot be reached' in str(e.value)
+    assert any('grid cell 1' in n and 'world seed 0' in n for n in e.value.__notes__), e.value.__notes__
 
 
 def test_asking_for_ray_without_it_says_how_to_install(monkeypatch, tmp_path):
