@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from treetrm.config import train_config
-from treetrm.loop_bench import DEFAULT_GRID_SPLIT, delivered_rules, single_threaded_polars
+from treetrm.executors import worker_environment
+from treetrm.loop_bench import DEFAULT_GRID_SPLIT, delivered_rules
 from treetrm.realism import NOISE_LEGACY
 from treetrm.runner import Runner
 from treetrm.sim import make_world, load_world, world_questions, question_probability
@@ -128,8 +129,8 @@ def kept_share(runs: list[dict], alpha: float) -> dict:
 def run_null_worlds(workdir: Path, seeds=SEEDS, processes: int = 2, initializer=None,
                     config: str = 'defaults') -> list[dict]:
     "`null_run` for every seed in worker processes (`initializer` runs first in each: the broken-variant checks)."
-    with single_threaded_polars(), cf.ProcessPoolExecutor(processes, mp_context=mp.get_context('spawn'),
-                                                          initializer=initializer) as pool:
+    with worker_environment(), cf.ProcessPoolExecutor(processes, mp_context=mp.get_context('spawn'),
+                                                       initializer=initializer) as pool:
         return list(pool.map(null_run, seeds, [str(workdir/f'w{s}') for s in seeds], [config] * len(seeds)))
 
 

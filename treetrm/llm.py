@@ -14,7 +14,8 @@ import json_repair, openai
 from fastcore.basics import patch
 
 from .core import ConfigError, DataError, InfraError, Slots, connect_wal, where, sha256_json, sha256_text
-from .llm_config import RoleConfig, load_role_config, redact, role_env_name, thinking_extra_body
+from .llm_config import (RoleConfig, load_role_config, redact, role_env_name, thinking_extra_body,
+                                endpoint_urls, endpoint_host)
 
 # %% auto #0
 __all__ = ['PRICES', 'NO_PRICE', 'MAX_RETRY_AFTER_S', 'FORMAT_REFUSED', 'TELEMETRY_KEYS', 'TELEMETRY_EXTRAS', 'CHARS_PER_TOKEN',
@@ -415,6 +416,10 @@ class OpenAIProvider:
         role: str | None = None,  # overrides config.role
         http_client=None,  # an httpx2.AsyncClient to use (tests, proxies); default: the SDK's, one per event loop
         rng: random.Random | None = None):  # jitter source
+        if len(endpoint_urls(config.base_url, config.role)) > 1:
+            raise ConfigError(where('one OpenAIProvider talks to one endpoint; the role lists several',
+                                    'Build it with backends.role_provider (an EndpointPool over them)',
+                                    role=config.role, endpoints=endpoint_host(config.base_url)))
         self.config, self.cache, self.telemetry, self.run_id = config, cache, telemetry, run_id
         self.role, self.model = role or config.role, config.model
         self.breaker = breaker or CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_s)
