@@ -4,7 +4,7 @@
 
 # %% ../nbs/17b_loop_bench.ipynb #0c771a4c
 from __future__ import annotations
-import math, random, shutil, tempfile, time
+import contextlib, math, random, shutil, tempfile, time
 from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 import polars as pl
@@ -481,10 +481,11 @@ async def run_grid(
             if k not in results}
     describe = lambda k: failed_job_note(k[0], cells[k[0]], k[1], workdir)
     try:
-        async for k, rows in run_jobs(fresh_job, todo, executor, processes, address, describe):
-            atomic_write_json(done[k], rows)
-            results[k] = rows
-            if verbose: say_job(k, rows)
+        async with contextlib.aclosing(run_jobs(fresh_job, todo, executor, processes, address, describe)) as finished:
+            async for k, rows in finished:  # a failure here too stops the jobs still running
+                atomic_write_json(done[k], rows)
+                results[k] = rows
+                if verbose: say_job(k, rows)
     finally:
         if workdir is None: shutil.rmtree(work, ignore_errors=True)
     return grid_summary(cells, seeds, rules, results, settings, t0)

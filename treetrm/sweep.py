@@ -4,7 +4,7 @@
 
 # %% ../nbs/17d_sweep.ipynb #2fcc68a6
 from __future__ import annotations
-import itertools, shutil, time
+import contextlib, itertools, shutil, time
 from pathlib import Path
 import polars as pl
 from .core import ConfigError, where, atomic_write_json, read_json
@@ -100,10 +100,11 @@ async def sweep(runs:dict, # run name -> `Runner.train` settings it changes (`sw
         if verbose: say_run(row, kept=True)
     todo = {name: (str(workdir), name, s, runner_kw) for name, s in runs.items() if name not in rows}
     describe = lambda name: f'sweep run {name!r} (workspace {run_workspace(workdir, name)}); run again to resume it'
-    async for name, row in run_jobs(sweep_job, todo, executor, processes, address, describe):
-        atomic_write_json(rows_file(name), row)
-        rows[name] = row
-        if verbose: say_run(row)
+    async with contextlib.aclosing(run_jobs(sweep_job, todo, executor, processes, address, describe)) as finished:
+        async for name, row in finished:  # a failure here too stops the runs still going
+            atomic_write_json(rows_file(name), row)
+            rows[name] = row
+            if verbose: say_run(row)
     out = [rows[name] for name in runs]
     atomic_write_json(workdir/'sweep.json', dict(runs=out, runner={k: str(v) for k, v in runner_kw.items()}))
     return sweep_frame(out)
