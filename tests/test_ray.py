@@ -1,5 +1,5 @@
 "Grids and sweeps on a real Ray cluster (a head and a worker node, each started by `ray start` in processes of their own) give the processes executor's results, survive the loss of a node mid-grid, and resume an interrupted grid without re-running finished jobs; without an address, Ray starts on this machine for the jobs and goes away after."
-import asyncio, os, shutil, socket, subprocess, sys, tempfile, time, uuid
+import asyncio, contextlib, os, shutil, socket, subprocess, sys, tempfile, time, uuid
 from pathlib import Path
 
 import psutil
@@ -17,10 +17,12 @@ RAY = Path(sys.executable).parent/'ray'
 GRID = dict(rules=('greedy', 'gate'), budget=300, seeds=(0, 1), settings=BenchSettings(**SETTINGS), verbose=False)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    "`n` distinct free ports (all held open while they are chosen, so none comes back twice)."
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks: s.bind(('127.0.0.1', 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 def ray_start(*args, tmp: Path):
@@ -59,7 +61,7 @@ def cluster():
     auth = pytest.MonkeyPatch()
     auth.setenv('RAY_AUTH_MODE', 'token')
     auth.setenv('RAY_AUTH_TOKEN_PATH', str(root/'token'))
-    port, worker_port = free_port(), free_port()
+    port, worker_port = free_ports(2)
     ray_start('--head', f'--port={port}', f'--temp-dir={root}/ray', '--include-dashboard=false', tmp=root/'head')
     try:
         ray_start(f'--address=127.0.0.1:{port}', f'--node-manager-port={worker_port}', tmp=root/'worker')
