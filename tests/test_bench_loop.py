@@ -9,6 +9,7 @@ from treetrm import loop_bench
 from treetrm.acceptance import Acceptance
 from treetrm.core import ConfigError, project_root
 from treetrm.loop_bench import run_grid, BenchSettings, DEFAULT_GRID_SPLIT, GRID_TYPES
+from treetrm.scale_bench import without_timings
 from treetrm.sim import true_accuracy, world_questions
 
 ROOT = project_root()
@@ -54,11 +55,7 @@ def population_gain(ws: Path, rule: str) -> float:
     return 100 * (true_accuracy(ws/'world', skills/delivered, qs) - true_accuracy(ws/'world', skills/seed, qs))
 
 
-def without_wall_s(x):
-    "A summary without its timings (the only part that differs between equal grids)."
-    if isinstance(x, dict): return {k: without_wall_s(v) for k, v in x.items() if k != 'wall_s'}
-    if isinstance(x, list): return [without_wall_s(v) for v in x]
-    return x
+without_wall_s = without_timings  # a summary without its timings (the only part that differs between equal grids)
 
 
 async def accept_nothing(runner, req) -> dict:

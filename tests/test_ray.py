@@ -1,5 +1,5 @@
 "Grids and sweeps on a real Ray cluster (a head and a worker node, each started by `ray start` in processes of their own) give the processes executor's results, survive the loss of a node mid-grid, and resume an interrupted grid without re-running finished jobs; without an address, Ray starts on this machine for the jobs and goes away after."
-import asyncio, contextlib, os, shutil, socket, subprocess, sys, tempfile, time, uuid
+import asyncio, contextlib, os, shutil, socket, subprocess, sys, tempfile, uuid
 from pathlib import Path
 
 import psutil
@@ -11,7 +11,7 @@ from treetrm.executors import run_jobs
 from treetrm.loop_bench import run_grid, BenchSettings, job_rows_file
 from treetrm.sweep import sweep
 from test_bench_loop import TINY, SETTINGS, UNREACHABLE, without_wall_s
-from test_sweep import RUNS, CONFIG
+from test_sweep import RUNS, CONFIG, when
 
 RAY = Path(sys.executable).parent/'ray'
 GRID = dict(rules=('greedy', 'gate'), budget=300, seeds=(0, 1), settings=BenchSettings(**SETTINGS), verbose=False)
@@ -87,14 +87,6 @@ def test_a_ray_grid_gives_the_processes_json(cluster, processes_json, tmp_path):
     assert without_wall_s(got) == processes_json
     assert len(list((tmp_path/'cell0').glob('rows-*.json'))) == 2  # the driver kept both jobs' rows
     assert not sys.modules['ray'].is_initialized()  # the grid disconnected from the cluster it joined
-
-
-async def when(condition, timeout: float = 300):
-    "Wait until `condition()` holds."
-    t0 = time.monotonic()
-    while not condition():
-        assert time.monotonic() - t0 < timeout, 'timed out'
-        await asyncio.sleep(0.1)
 
 
 def test_losing_a_node_mid_grid_still_gives_the_same_json(cluster, processes_json, tmp_path):

@@ -40,6 +40,7 @@ def test_worker_processes_give_the_serial_rows(serial, tmp_path):
 
 
 async def when(condition, timeout: float = 300):
+    "Wait until `condition()` holds (a guard against a hang, not a speed claim)."
     t0 = asyncio.get_running_loop().time()
     while not condition():
         assert asyncio.get_running_loop().time() - t0 < timeout, 'timed out'
