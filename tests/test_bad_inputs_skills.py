@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 from treetrm.core import DataError, sha256_file
 from treetrm.data import TASK_TYPES
-from treetrm.skills import DEFAULT_SKILL, load_skill_dir, route_skills, skill_file, strategy_rules, render_skill
-from treetrm.edits import EditRejected, REJECT_REASONS, apply_edit
+from treetrm.agent.skills import DEFAULT_SKILL, load_skill_dir, route_skills, skill_file, strategy_rules, render_skill
+from treetrm.agent.edits import EditRejected, REJECT_REASONS, apply_edit
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT/'tests'/'bad_inputs'/'skills'

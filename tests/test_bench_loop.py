@@ -5,12 +5,12 @@ from pathlib import Path
 import papermill as pm
 import pytest
 
-from treetrm import loop_bench
-from treetrm.acceptance import Acceptance
+from treetrm.bench import loop as loop_bench
+from treetrm.train.acceptance import Acceptance
 from treetrm.core import ConfigError, project_root
-from treetrm.loop_bench import run_grid, BenchSettings, DEFAULT_GRID_SPLIT, GRID_TYPES
-from treetrm.scale_bench import without_timings
-from treetrm.sim import true_accuracy, world_questions
+from treetrm.bench.loop import run_grid, BenchSettings, DEFAULT_GRID_SPLIT, GRID_TYPES
+from treetrm.bench.scale import without_timings
+from treetrm.sim.world import true_accuracy, world_questions
 
 ROOT = project_root()
 NB = ROOT/'nbs'/'bench'/'loop.ipynb'

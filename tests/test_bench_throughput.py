@@ -3,10 +3,10 @@ self-consistent figures. How fast the machine is belongs to the benchmark's JSON
 import json
 from pathlib import Path
 import papermill as pm
-from treetrm.agent import INFRA_STOP_REASONS
+from treetrm.agent.navigate import INFRA_STOP_REASONS
 from treetrm.data import load_questions
 from treetrm.log import HarnessLog
-from treetrm.sim import world_path
+from treetrm.sim.world import world_path
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,14 +10,14 @@ import papermill as pm
 import pytest
 from PIL import Image
 
-from treetrm.agent import run_agent
-from treetrm.build import BuildParams, build_tree, build_trees
-from treetrm.video import make_synthetic_videos, parse_subtitles, read_barcode, synthetic_shots
+from treetrm.agent.navigate import run_agent
+from treetrm.build.builder import BuildParams, build_tree, build_trees
+from treetrm.build.video import make_synthetic_videos, parse_subtitles, read_barcode, synthetic_shots
 from treetrm.core import DataError, project_root
 from treetrm.data import frame_path, load_questions, load_tree
-from treetrm.llm import LLMResponse, OpenAIProvider
-from treetrm.llm_config import RoleConfig
-from treetrm.sim_server import Faults, serve
+from treetrm.llm.client import LLMResponse, OpenAIProvider
+from treetrm.llm.config import RoleConfig
+from treetrm.sim.server import Faults, serve
 
 ROOT = project_root()
 SECONDS, SHOTS = 6.0, 3  # each synthetic clip: 3 shots of 6 s, so cuts at 6 s and 12 s
@@ -106,8 +106,8 @@ def test_bad_input_fails_before_anything_is_written(synth, tmp_path):
 
 KILLED_BUILD = textwrap.dedent('''
     import asyncio, sys
-    from treetrm.build import BuildParams, build_trees
-    from treetrm.sim_vision import SimVision
+    from treetrm.build.builder import BuildParams, build_trees
+    from treetrm.sim.vision import SimVision
     params = BuildParams(**{params})
     slow = SimVision(latency_s=0.05)
     asyncio.run(build_trees(sys.argv[1], sys.argv[2], concurrency=1, params=params, vision=slow, progress=False))

@@ -1,6 +1,6 @@
 """The `treetrm` command (issue 32, item 8): `treetrm <stage>` and `python -m treetrm <stage>` run the stage notebooks
 through papermill, the report lands in the run's own folder, `--help` lists each stage's parameters as the notebooks
-define them, a bad stage or parameter name exits with code 2, and `python -m treetrm.runner` no longer exits 0 silently."""
+define them, a bad stage or parameter name exits with code 2, and `python -m treetrm.train.runner` no longer exits 0 silently."""
 import json, shutil, subprocess, sys
 from pathlib import Path
 
@@ -9,7 +9,7 @@ import papermill.cli
 import pytest
 
 from treetrm.core import project_root, read_json
-from treetrm.sim import make_world
+from treetrm.sim.world import make_world
 
 ROOT = project_root()
 STAGES = ('build', 'split', 'train', 'eval')
@@ -57,7 +57,7 @@ def test_values_are_converted_as_papermill_converts_them():
 
 
 def test_runner_module_points_at_the_command():
-    done = subprocess.run([sys.executable, '-m', 'treetrm.runner', '--help'], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, '-m', 'treetrm.train.runner', '--help'], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 2 and 'treetrm --help' in done.stderr, (done.returncode, done.stderr[-2000:])
 

@@ -21,7 +21,7 @@ KILL_POINTS = ('open', 'committed')  # where in the n-th row-writing transaction
 
 async def pipeline(workspace:Path, world:Path, say=print, backend:str='sim'):
     "split -> train -> eval on `workspace`; `say` marks each stage's start."
-    from treetrm.runner import Runner
+    from treetrm.train.runner import Runner
     r = Runner(workspace, backend=backend, data_dir=world, config=CONFIG, split_config=SPLIT, concurrency=CONCURRENCY,
                progress=False)
     try:
@@ -80,10 +80,10 @@ if __name__ == '__main__':  # the subprocess: python tests/test_crashes.py WORKS
 
 import pytest
 
-from treetrm.llm import cache_key
+from treetrm.llm.client import cache_key
 from treetrm.log import TABLES, TrainRunId
-from treetrm.sim import make_world
-from treetrm.sim_server import SimServer
+from treetrm.sim.world import make_world
+from treetrm.sim.server import SimServer
 
 ROOT = Path(__file__).resolve().parents[1]
 KILLS = {'split': 3, 'train': 4, 'eval': 3}  # planned, and performed: each lands in its stage

@@ -6,12 +6,12 @@ import pytest
 
 from treetrm.core import ConfigError, project_root
 from treetrm.data import load_questions
-from treetrm.diagnose import diagnose
-from treetrm.llm import OpenAIProvider
-from treetrm.llm_config import RoleConfig
+from treetrm.train.diagnose import diagnose
+from treetrm.llm.client import OpenAIProvider
+from treetrm.llm.config import RoleConfig
 from treetrm.log import HarnessLog
-from treetrm.sim import make_world
-from treetrm.sim_server import Faults, serve
+from treetrm.sim.world import make_world
+from treetrm.sim.server import Faults, serve
 
 SKILLS = project_root()/'prompts'/'skills'
 

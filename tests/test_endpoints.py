@@ -1,15 +1,15 @@
 "One role over three sim servers (real HTTP), one of them failing every request: every question is answered exactly as one healthy server answers it, the failing endpoint's breaker opens, and telemetry says which endpoint answered each call."
 import asyncio, contextlib, json
 
-from treetrm.backends import EndpointPool, make_providers
-from treetrm.calls import CallRecorder
+from treetrm.llm.backends import EndpointPool, make_providers
+from treetrm.train.calls import CallRecorder
 from treetrm.core import project_root
 from treetrm.data import load_questions
-from treetrm.inference import run_inference
-from treetrm.llm_config import endpoint_host
+from treetrm.agent.inference import run_inference
+from treetrm.llm.config import endpoint_host
 from treetrm.log import HarnessLog
-from treetrm.sim import ensure_demo_world
-from treetrm.sim_server import Faults, serve
+from treetrm.sim.world import ensure_demo_world
+from treetrm.sim.server import Faults, serve
 
 DEMO = ensure_demo_world()
 QUESTIONS = load_questions(DEMO/'questions.jsonl')[:40]

@@ -4,12 +4,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import pytest
 from treetrm.core import InfraError, sha256_file
-from treetrm.llm import LLMResponse
-from treetrm.sim import load_world, make_world
-from treetrm.sim_agent import request_context
-from treetrm.sim_roles import SimEvolver
-from treetrm.skills import VersionStore, load_skill_dir, parse_skill, sections, skill_file, split_front_matter, strategy_rules
-from treetrm.evolve import (Blacklist, Pairs, GUIDANCE_FILE, classify_pairs, guidance_files, guidance_from_files, momentum_guidance,
+from treetrm.llm.client import LLMResponse
+from treetrm.sim.world import load_world, make_world
+from treetrm.sim.agent import request_context
+from treetrm.sim.roles import SimEvolver
+from treetrm.agent.skills import VersionStore, load_skill_dir, parse_skill, sections, skill_file, split_front_matter, strategy_rules
+from treetrm.train.evolve import (Blacklist, Pairs, GUIDANCE_FILE, classify_pairs, guidance_files, guidance_from_files, momentum_guidance,
                             propose_edit, propose_edits)
 
 ROOT = Path(__file__).resolve().parents[1]

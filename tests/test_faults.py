@@ -7,22 +7,22 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from treetrm.agent import INFRA_STOP_REASONS
+from treetrm.agent.navigate import INFRA_STOP_REASONS
 from treetrm.core import InfraError, project_root, read_json
 from treetrm.data import build_units, load_questions
-from treetrm.diagnose import diagnose
-from treetrm.inference import run_inference
-from treetrm.ladder import Ladder
-from treetrm.llm import OpenAIProvider
-from treetrm.llm_config import RoleConfig
+from treetrm.train.diagnose import diagnose
+from treetrm.agent.inference import run_inference
+from treetrm.gate.ladder import Ladder
+from treetrm.llm.client import OpenAIProvider
+from treetrm.llm.config import RoleConfig
 from treetrm.log import HarnessLog
-from treetrm.sim import make_world
-from treetrm.sim_agent import SimAgent
-from treetrm.sim_roles import make_role
-from treetrm.sim_server import FAULT_KINDS, Faults, serve
-from treetrm.skills import skill_file
+from treetrm.sim.world import make_world
+from treetrm.sim.agent import SimAgent
+from treetrm.sim.roles import make_role
+from treetrm.sim.server import FAULT_KINDS, Faults, serve
+from treetrm.agent.skills import skill_file
 from treetrm.log import TrainRunId
-from treetrm.validate import inference_evaluator, materialise_candidate, validate_skills_concurrent
+from treetrm.train.validate import inference_evaluator, materialise_candidate, validate_skills_concurrent
 
 SKILLS = project_root()/'prompts'/'skills'
 KEY = 'sk-faults-test-0123456789'
@@ -275,7 +275,7 @@ class Outage:
         return await self.inner.chat(messages, **kw)
 
 def test_training_resumes_after_an_infra_abort(tmp_path):
-    from treetrm.runner import Runner
+    from treetrm.train.runner import Runner
     world = make_world(tmp_path/'world', seed=2, n_videos=8)
     agent = Outage(SimAgent(world))
     r = Runner(tmp_path/'ws', data_dir=world, progress=False, concurrency=8,

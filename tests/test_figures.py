@@ -106,9 +106,9 @@ def _figure_texts(fig) -> list[str]:
     return [t.get_text() for t in fig.findobj(Text) if t.get_text()]
 
 def test_runner_reports_name_skills_and_pools_not_run_ids(tmp_path, monkeypatch):
-    from treetrm.config import TrainConfig
-    from treetrm.runner import Runner
-    from treetrm.sim import make_world
+    from treetrm.train.config import TrainConfig
+    from treetrm.train.runner import Runner
+    from treetrm.sim.world import make_world
     world = make_world(tmp_path/'world', seed=1, n_videos=12)
     split = dict(seed=0, test_ratio=0.25, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2)
     small = dict(epochs=2, min_ladder_units=8, batch=dict(batch_size=8, min_class=2, correct_ratio=0.2))

@@ -7,12 +7,12 @@ from pathlib import Path
 import av
 import pytest
 
-from treetrm.build import BuildParams, build_trees, forecast_build
+from treetrm.build.builder import BuildParams, build_trees, forecast_build
 from treetrm.core import ConfigError, project_root
 from treetrm.data import load_tree
-from treetrm.llm_config import load_role_config
-from treetrm.train_run import forecast_usage
-from treetrm.video import Shot, make_synthetic_videos, synthetic_shots, write_synthetic_video
+from treetrm.llm.config import load_role_config
+from treetrm.train.run import forecast_usage
+from treetrm.build.video import Shot, make_synthetic_videos, synthetic_shots, write_synthetic_video
 
 ROOT = project_root()
 ENV = {'TREETRM_JUDGE_MODEL': 'deepseek-chat', 'TREETRM_JUDGE_BASE_URL': 'https://api.deepseek.com/v1'}
@@ -33,7 +33,7 @@ def test_role_prices_are_read_from_the_environment():
 
 
 def test_a_forecast_without_a_price_says_so():
-    from treetrm.train_run import shown_usage  # new with the prices
+    from treetrm.train.run import shown_usage  # new with the prices
     per = {'calls': 2.0, 'tokens': 300.0, 'prompt_tokens': 200.0, 'completion_tokens': 100.0}
     f = forecast_usage(agent_per_question=per, judge_per_call=per, questions=10, judge_calls=3, evolver_calls=1,
                        prices={'agent': (1.0, 4.0)})

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, assume, strategies as st
 from treetrm.core import ConfigError, TreeTrmError
-from treetrm.gate import (GateParams, GateInputError, gate_decision, e_value_plus, e_value_minus, log_e_value_plus,
+from treetrm.gate.decision import (GateParams, GateInputError, gate_decision, e_value_plus, e_value_minus, log_e_value_plus,
                           log_e_value_minus, mcnemar_exact_one_sided, pair_block, classify_quadrants, DECISION_RANK,
                           RULE_DECISIONS, EXIT_INDEX)
-from treetrm.gate_sim import gate_tables, exit_from_tables
+from treetrm.gate.simulate import gate_tables, exit_from_tables
 
 LOG20 = math.log(20)
 

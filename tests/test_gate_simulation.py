@@ -5,13 +5,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from scipy import special, stats
-from treetrm.gate import (GateParams, e_value_plus, log_e_value_plus, log_e_value_futility, mcnemar_exact_one_sided,
+from treetrm.gate.decision import (GateParams, e_value_plus, log_e_value_plus, log_e_value_futility, mcnemar_exact_one_sided,
                           RULE_DECISIONS)
-from treetrm.gate_sim import (simulate_ladders, run_rules, summarise_rules, gate_paths,
+from treetrm.gate.simulate import (simulate_ladders, run_rules, summarise_rules, gate_paths,
                               gate_outcome_distribution, distribution_summary, ville_crossing_probability,
                               fixed_n_power, fixed_n_power_n, q_for_gain, REFERENCE)
-from treetrm.gate import ALPHA_DIAL, gate_at_alpha
-from treetrm.config import DEFAULT_GATE
+from treetrm.gate.decision import ALPHA_DIAL, gate_at_alpha
+from treetrm.train.config import DEFAULT_GATE
 
 N = 20_000
 ALPHA = 0.05
@@ -25,7 +25,7 @@ def rates(outcomes, params=GateParams()):
 
 # --- a second, independent way to the exact figures ------------------------------------------------------------------
 # Nothing below calls the library's DP, its tables, GATE_EXITS or its e-values: E+ and E_fut come from closed forms
-# (binomial tails), the gate's exits are written out from their table in nbs/11_gate.ipynb, and the Ville bound and
+# (binomial tails), the gate's exits are written out from their table in nbs/gate/00_decision.ipynb, and the Ville bound and
 # the McNemar critical values are counted in integers.
 
 def log_e_plus_closed(w, l):
@@ -158,7 +158,7 @@ def test_closed_forms_are_the_library_e_values():
     w, l = np.indices((300, 300))
     assert np.allclose(log_e_plus_closed(w, l), log_e_value_plus(w, l), rtol=1e-12, atol=1e-11)
     assert np.allclose(log_e_futility_closed(w, l, 0.65), log_e_value_futility(w, l, 0.65), rtol=1e-12, atol=1e-11)
-    # by hand (nbs/11b_gate_sim.ipynb): E+(1,0) = 3/2, E+(2,0) = 7/3, E+(1,1) = 2/3, E+(2,1) = 11/12
+    # by hand (nbs/gate/02_simulate.ipynb): E+(1,0) = 3/2, E+(2,0) = 7/3, E+(1,1) = 2/3, E+(2,1) = 11/12
     assert np.allclose(np.exp(log_e_plus_closed([1, 2, 1, 2], [0, 0, 1, 1])), [3/2, 7/3, 2/3, 11/12], rtol=1e-14)
     assert (critical_wins_by_hand(5) == [1, 2, 3, 4, 5, 5]).all()  # P(Bin(5, 1/2) = 5) = 1/32 <= 1/20; 4 flips never
 
@@ -287,7 +287,7 @@ def test_reference_figures_are_the_exact_values():
     assert [r for r, _, _ in got] == [round(x, k) for _, x, k in got], got
 
 # --- the cap-calibrated threshold (issue: known-cap thresholds) -----------------------------------------------------
-from treetrm.gate import calibrated_threshold, round_cap, min_effect_q_for
+from treetrm.gate.decision import calibrated_threshold, round_cap, min_effect_q_for
 
 CAPS = [60, 120, 240, 480, 900]   # 60 and 300 validation units with the gate's pass, and with two fresh probation rounds
 

@@ -1,16 +1,16 @@
 "The same inference through OpenAIProvider over real HTTP to the sim server gives exactly what the in-process SimAgent gives."
 import asyncio, json
 import polars as pl
-from treetrm.bench import config_rules, skills_with_rules
+from treetrm.bench.throughput import config_rules, skills_with_rules
 from treetrm.core import project_root
 from treetrm.data import load_questions
-from treetrm.inference import run_inference
-from treetrm.llm import OpenAIProvider
-from treetrm.llm_config import load_role_config
+from treetrm.agent.inference import run_inference
+from treetrm.llm.client import OpenAIProvider
+from treetrm.llm.config import load_role_config
 from treetrm.log import HarnessLog
-from treetrm.sim import ensure_demo_world, load_world
-from treetrm.sim_agent import SimAgent
-from treetrm.sim_server import serve
+from treetrm.sim.world import ensure_demo_world, load_world
+from treetrm.sim.agent import SimAgent
+from treetrm.sim.server import serve
 
 DEMO = ensure_demo_world()
 

@@ -9,7 +9,9 @@ STAGE = {'split.ipynb', 'train.ipynb', 'eval.ipynb', 'build.ipynb'}
 
 def cells(nb_path): return json.loads(nb_path.read_text())['cells']
 def all_notebooks(): return sorted(p for p in NBS.rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)
-def is_stage(p): return p.name in STAGE or p.parent.name in ('bench', 'examples')
+def is_stage(p):
+    "A stage, benchmark or example notebook (library notebooks are numbered: nbs/bench/02_loop.ipynb is the benchmark's code)."
+    return p.name in STAGE or p.parent.name in ('bench', 'examples') and not p.name[0].isdigit()
 
 def test_library_notebooks_export_a_module():
     libs = [p for p in all_notebooks() if not is_stage(p) and p.name != 'index.ipynb']
@@ -39,40 +41,64 @@ def test_stage_notebook_shape(nb):
 import ast, io, re, tokenize
 
 PKG = ROOT/'treetrm'
-SIM_SIDE = {'bench', 'loop_bench', 'gepa_engine', 'realism', 'noise'}  # benchmarks and the simulator itself may import it
+# The layers, lowest first: a top-level module or a subpackage (whose modules follow their notebooks' order in nbs/<pkg>/).
+UNITS = ('core', 'data', 'log', 'executors', 'llm', 'build', 'sim', 'agent', 'gate', 'integrations', 'report', 'train',
+         'bench', 'cli', '__main__', '__init__')
+SIM_SIDE = ('sim', 'bench')  # the simulator itself and the benchmarks may import it
+
+def library_notebooks():
+    return [p for p in all_notebooks() if not is_stage(p) and p.name != 'index.ipynb']
 
 def module_order():
-    "module name -> (position of its notebook in sorted order, notebook name)"
+    "module name ('gate.decision') -> (its layer, its notebook's path below nbs), for every library notebook"
     order = {}
-    for i, p in enumerate(sorted(NBS.glob('[0-9]*.ipynb'))):
+    for p in library_notebooks():
         m = re.search(r'#\|\s*default_exp\s+(\S+)', ''.join(cells(p)[0]['source']))
-        if m: order[m.group(1)] = (i, p.name)
+        if m: order[m.group(1)] = (UNITS.index(m.group(1).split('.')[0]), str(p.relative_to(NBS)))
     return order
 
 def module_path(module):
-    "The file of a treetrm module name ('gate', 'integrations.gepa')."
+    "The file of a treetrm module name ('gate.decision', '__init__')."
     return PKG/(module.replace('.', '/') + '.py')
 
 def treetrm_imports(path):
-    "Names of treetrm modules imported by the module at `path` (relative or absolute imports)."
+    "Names below treetrm of the modules imported by the module at `path` (relative imports resolved)."
+    here = ['treetrm', *path.relative_to(PKG).with_suffix('').parts]
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.level: yield node.module
-            elif node.module.startswith('treetrm.'): yield node.module.removeprefix('treetrm.')
+        if isinstance(node, ast.ImportFrom) and node.level:
+            name = '.'.join(here[:-node.level] + ([node.module] if node.module else []))
+            if name != 'treetrm': yield name.removeprefix('treetrm.')
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('treetrm.'):
+            yield node.module.removeprefix('treetrm.')
         elif isinstance(node, ast.Import):
             yield from (a.name.removeprefix('treetrm.') for a in node.names if a.name.startswith('treetrm.'))
+
+def test_every_library_module_has_a_layer():
+    names = [p.name for p in library_notebooks()]
+    bad = [p.name for p in library_notebooks()
+           if (m := re.search(r'#\|\s*default_exp\s+(\S+)', ''.join(cells(p)[0]['source'])))
+           and m.group(1).split('.')[0] not in UNITS]
+    assert names and not bad, f'place these modules in UNITS (tests/test_hygiene.py): {bad}'
 
 def test_no_module_imports_upward():
     order = module_order()
     bad = [f'{m} ({nb}) imports {n} ({order[n][1]})' for m, (i, nb) in order.items()
-           for n in treetrm_imports(module_path(m)) if n in order and order[n][0] > i]
-    assert not bad, 'a module may import only modules whose notebook sorts before its own:\n' + '\n'.join(bad)
+           for n in treetrm_imports(module_path(m)) if n in order and order[n] > (i, nb)]
+    assert not bad, 'a module may import only lower layers and, in its own package, notebooks that sort before its own:\n' + '\n'.join(bad)
+
+def test_no_module_imports_an_old_name():
+    from treetrm import MOVED, PACKAGE_NAMES
+    order = module_order()
+    bad = [f'{m} imports {n}' for m in order for n in treetrm_imports(module_path(m))
+           if n in MOVED or n not in order and n.split('.')[0] in PACKAGE_NAMES]
+    assert not bad, 'import the new module, never an old name (treetrm.MOVED):\n' + '\n'.join(bad)
 
 def test_production_code_reaches_the_simulator_only_through_the_registry():
     order = module_order()
-    sim = {m for m in order if m.split('_')[0] == 'sim'}
-    bad = [f'{m} imports {n}' for m in order if m not in sim | SIM_SIDE for n in treetrm_imports(module_path(m)) if n in sim]
-    assert sim and not bad, 'choose a backend with treetrm.llm.make_providers, never by importing the simulator:\n' + '\n'.join(bad)
+    sim = {m for m in order if m.startswith('sim.')}
+    bad = [f'{m} imports {n}' for m in order if m.split('.')[0] not in SIM_SIDE for n in treetrm_imports(module_path(m))
+           if n in sim]
+    assert sim and not bad, 'choose a backend with treetrm.llm.backends.make_providers, never by importing the simulator:\n' + '\n'.join(bad)
 
 def test_no_library_module_over_700_lines():
     sizes = {p.name: len(p.read_text().splitlines()) for p in PKG.rglob('*.py') if p.name != '_modidx.py'}

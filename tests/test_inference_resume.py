@@ -17,7 +17,7 @@ class ViewThenAnswer:
     model = 'view-then-answer'
     def __init__(self, calls_file, phase): self.calls_file, self.phase = Path(calls_file), phase
     async def chat(self, messages, **kw):
-        from treetrm.llm import LLMResponse
+        from treetrm.llm.client import LLMResponse
         first = messages[1]['content']
         key = question_key(first)
         with open(self.calls_file, 'a') as f: f.write(f'{key}\t{self.phase}\t{len(messages)}\n')
@@ -31,7 +31,7 @@ def child(world, db, calls, run_id, phase):
     "Run inference over the world's questions; print the summary as JSON."
     from treetrm.core import project_root
     from treetrm.data import load_questions
-    from treetrm.inference import run_inference
+    from treetrm.agent.inference import run_inference
     from treetrm.log import HarnessLog
     questions = load_questions(Path(world)/'questions.jsonl')
     async def main():
@@ -62,9 +62,9 @@ def spawn(world, db, calls, phase, root):
 
 def test_sigkill_mid_run_then_resume(tmp_path):
     from treetrm.core import project_root
-    from treetrm.sim import make_world
+    from treetrm.sim.world import make_world
     from treetrm.data import load_questions, load_tree
-    from treetrm.agent import user_message
+    from treetrm.agent.navigate import user_message
     root = project_root()
     world = make_world(tmp_path/'world', seed=0, n_videos=N_VIDEOS)
     questions = load_questions(world/'questions.jsonl')

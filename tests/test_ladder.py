@@ -1,4 +1,4 @@
-"Property tests for treetrm.ladder: ladder order, case-pack exclusion, fingerprints, frozen pools, p̂ EMA, BaselineCache."
+"Property tests for treetrm.gate.ladder: ladder order, case-pack exclusion, fingerprints, frozen pools, p̂ EMA, BaselineCache."
 import json, tempfile
 from pathlib import Path
 
@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from treetrm.core import ConfigError, DataError
 from treetrm.data import Question, build_units
-from treetrm.ladder import (BaselineCache, Ladder, build_ladder, build_ladders, freeze_gate_pools, information,
+from treetrm.gate.ladder import (BaselineCache, Ladder, build_ladder, build_ladders, freeze_gate_pools, information,
                             load_gate_pools, skill_hash, update_phat)
 
 TT = 'Counting Problem'

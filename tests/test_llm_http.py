@@ -6,9 +6,9 @@ from dataclasses import replace
 import pytest
 
 from treetrm.core import InfraError
-from treetrm.llm import OpenAIProvider, ResponseCache, TELEMETRY_KEYS
-from treetrm.llm_config import RoleConfig
-from treetrm import sim_server
+from treetrm.llm.client import OpenAIProvider, ResponseCache, TELEMETRY_KEYS
+from treetrm.llm.config import RoleConfig
+from treetrm.sim import server as sim_server
 from treetrm.log import HarnessLog
 
 FAKE_KEY = 'sk-test-not-a-real-key-0123456789'  # must never show in rows or errors

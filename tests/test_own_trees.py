@@ -6,12 +6,12 @@ import asyncio
 import papermill as pm
 import pytest
 
-from treetrm.build import build_trees
+from treetrm.build.builder import build_trees
 from treetrm.core import ConfigError, project_root
 from treetrm.log import HarnessLog
-from treetrm.runner import Runner
-from treetrm.sim import make_world
-from treetrm.video import make_synthetic_videos
+from treetrm.train.runner import Runner
+from treetrm.sim.world import make_world
+from treetrm.build.video import make_synthetic_videos
 
 ROOT = project_root()
 

@@ -7,10 +7,10 @@ import pytest
 import yaml
 
 from treetrm.core import ConfigError, project_root
-from treetrm.config import load_config
+from treetrm.train.config import load_config
 from treetrm.data import load_questions, question_record
-from treetrm.runner import Runner
-from treetrm.sim import make_world
+from treetrm.train.runner import Runner
+from treetrm.sim.world import make_world
 
 ROOT = project_root()
 SPLIT = dict(seed=0, test_ratio=0.25, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2)
@@ -20,7 +20,7 @@ TINY_TRAINING = r'''
 import asyncio, json, os, sys
 import treetrm
 from treetrm.core import asset_dir
-from treetrm.runner import Runner
+from treetrm.train.runner import Runner
 r = Runner('ws', backend='sim', concurrency=8, progress=False,
            config={'split': {'val_wrong_min': 2}, 'train': {'epochs': 1, 'max_calls': 150, 'min_ladder_units': 10}})
 res = asyncio.run(r.train('tiny'))

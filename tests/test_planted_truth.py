@@ -9,9 +9,9 @@ most sqrt(p(1-p)/n) at the planted accuracy p (about 5 points at n = 100); we al
 import asyncio, math
 import polars as pl
 import pytest
-from treetrm.bench import CONFIGS, planted_truth, planted_wide, rules_in_skills
+from treetrm.bench.throughput import CONFIGS, planted_truth, planted_wide, rules_in_skills
 from treetrm.core import project_root
-from treetrm.sim import ensure_demo_world, load_world
+from treetrm.sim.world import ensure_demo_world, load_world
 
 WORLD = load_world()
 

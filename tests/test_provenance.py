@@ -9,8 +9,8 @@ import tqdm.auto
 
 import treetrm
 from treetrm.core import canonical_json, package_dir, read_json, sha256_file
-from treetrm.runner import Runner
-from treetrm.sim import make_world
+from treetrm.train.runner import Runner
+from treetrm.sim.world import make_world
 
 CANARY = 'CANARYpr0v3n4nc3k3y'  # not key-shaped: only keeping keys out, not redaction by pattern, hides it
 ROLES = ('agent', 'judge', 'evolver')
@@ -88,7 +88,7 @@ def test_no_api_key_reaches_the_artifact(trained, tmp_path, monkeypatch):
 
 
 def test_git_state_is_none_without_a_checkout_or_git(tmp_path, monkeypatch):
-    from treetrm.runner import git_state
+    from treetrm.train.runner import git_state
     assert git_state(tmp_path) is None
     monkeypatch.setenv('PATH', str(tmp_path))  # no git on the path
     assert git_state(package_dir().parent) is None

@@ -6,7 +6,7 @@ rest; a new block with neither fails `test_every_readme_block_is_run_or_excused`
 This file runs its blocks in a folder laid out as a checkout (`checkout`: settings.ini, nbs, prompts, the demo world
 and the environment as `.venv`, `TREETRM_ROOT` pointing at it), so relative paths resolve there as they would for a
 user, and nothing lands in this checkout's workspaces. Blocks that name an endpoint talk to
-`treetrm.sim_server.SimServer` through the `TREETRM_<ROLE>_*` variables, over data made at the paths the command names.
+`treetrm.sim.server.SimServer` through the `TREETRM_<ROLE>_*` variables, over data made at the paths the command names.
 The two training commands of "Use your own model" and "Use your own data" get small-run parameters appended after the
 README's words (as tests/test_one_test_number.py does): as written they train the full default configuration, which
 needs a world of 50 videos and took 195 s over HTTP."""
@@ -19,14 +19,14 @@ import papermill as pm
 import polars as pl
 import pytest
 
-from treetrm import loop_bench
-from treetrm.config import load_config
+from treetrm.bench import loop as loop_bench
+from treetrm.train.config import load_config
 from treetrm.core import project_root, read_json
 from treetrm.data import load_questions, load_tree
 from treetrm.log import HarnessLog
-from treetrm.sim import make_world
-from treetrm.sim_server import serve
-from treetrm.video import make_synthetic_videos, parse_subtitles, synthetic_shots
+from treetrm.sim.world import make_world
+from treetrm.sim.server import serve
+from treetrm.build.video import make_synthetic_videos, parse_subtitles, synthetic_shots
 
 ROOT = project_root()
 README = ROOT/'README.md'
@@ -40,7 +40,7 @@ RUN_BY = {  # a block's marker -> the test that runs it, reading the block from 
     "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && "
     ".venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1":
         'tests/test_one_test_number.py::test_eval_shows_the_train_stages_final_test',
-    'from treetrm.runner import Runner': f'{HERE}::test_notebook_form_runs_in_a_kernel',
+    'from treetrm.train.runner import Runner': f'{HERE}::test_notebook_form_runs_in_a_kernel',
     'import asyncio': f'{HERE}::test_script_form_runs_as_a_script',
     'treetrm train --run-id v2 -p epochs 3 --config my.yaml': f'{HERE}::test_treetrm_commands_run_as_written',
     'TREETRM_AGENT_MODEL=Qwen/Qwen2.5-7B-Instruct': f'{HERE}::test_env_file_and_prices_reach_the_split_forecast',
@@ -56,7 +56,7 @@ RUN_BY = {  # a block's marker -> the test that runs it, reading the block from 
     "\"{'train.gate.tau': 0.1}\"": CONFIGURATION_TEST,
 }
 NOT_RUN = {  # a block's marker -> why no test runs it
-    'from treetrm.loop_bench import run_grid, full_grid, cell_budget':
+    'from treetrm.bench.loop import run_grid, full_grid, cell_budget':
         'the full grid on a Ray cluster and a sweep on the user\'s endpoints; the same calls run small on a real '
         'two-node Ray cluster in tests/test_ray.py (run_grid and sweep with an address) and tests/test_sweep.py',
     'papermill nbs/bench/scale.ipynb out.ipynb -k python3 -p out nbs/bench/results/scale-2026-12-06.json':
@@ -65,7 +65,7 @@ NOT_RUN = {  # a block's marker -> why no test runs it
     '.venv-llama/bin/python -m llama_cpp.server --model "$GGUF" --model_alias smollm2-135m --port 8765 --n_ctx 4096':
         'the noise measurement: about an hour of a real model on 2 cores; tests/test_real_model.py::'
         'test_noise_measurement_on_a_real_model runs the same notebook, reduced, on the CI llama.cpp server',
-    'import gepa': 'a sketch with the user\'s adapter and data; the same calls run in nbs/17aa_gepa_acceptance.ipynb '
+    'import gepa': 'a sketch with the user\'s adapter and data; the same calls run in nbs/integrations/00_gepa.ipynb '
                    '(nbdev_test: gepa.optimize with EValueAcceptance, then confirm_best) and nbs/examples/dspy_gepa.ipynb '
                    '(tests/test_gepa_integration.py)',
     "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/nbdev_test && .venv/bin/pytest -q tests":
@@ -228,7 +228,7 @@ def test_script_form_runs_as_a_script(tmp_path):
 
 def test_notebook_form_runs_in_a_kernel(tmp_path):
     "The notebook form as one cell of a notebook (top-level await), executed from an empty folder."
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(readme_block('from treetrm.runner import Runner'))])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(readme_block('from treetrm.train.runner import Runner'))])
     nb.metadata['kernelspec'] = {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'}
     nbformat.write(nb, tmp_path/'form.ipynb')
     pm.execute_notebook(str(tmp_path/'form.ipynb'), str(tmp_path/'out.ipynb'), kernel_name='python3',
@@ -354,7 +354,7 @@ def test_build_command_over_http(checkout):
 def test_local_model_recipe_data_and_config(tmp_path):
     "The llama.cpp recipe's lines that need no server: its world has the questions it says, small.yaml is a config."
     block = readme_block('python3 -m venv .venv-llama')
-    world_line = next(l for l in block.splitlines() if 'treetrm.sim_server world' in l)
+    world_line = next(l for l in block.splitlines() if 'treetrm.sim.server world' in l)
     yaml_part = block[block.index('cat > small.yaml'):block.index('\nYAML\n') + len('\nYAML\n')]
     (tmp_path/'.venv').symlink_to(Path(sys.prefix))
     run_bash(world_line + '\n' + yaml_part, tmp_path, clean_env())

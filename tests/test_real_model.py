@@ -15,7 +15,7 @@ import pytest
 
 from treetrm.core import project_root, read_json
 from treetrm.log import HarnessLog
-from treetrm.sim import make_world
+from treetrm.sim.world import make_world
 
 ROOT, NBS = project_root(), project_root()/'nbs'
 PY = os.environ.get('TREETRM_LLAMA_PYTHON') or sys.executable

@@ -7,8 +7,8 @@ import asyncio, contextlib, io
 import polars as pl
 import pytest
 
-from treetrm.runner import Runner
-from treetrm.sim import make_world
+from treetrm.train.runner import Runner
+from treetrm.sim.world import make_world
 from treetrm import report
 
 TYPES = {'Counting Problem': 2, 'OCR Problems': 1}  # OCR has half Counting's validation units: it can be left ungated

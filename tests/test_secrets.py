@@ -8,9 +8,9 @@ import papermill as pm
 import pytest
 
 from treetrm.core import project_root
-from treetrm.runner import DEFAULT_SPLIT
-from treetrm.sim import make_world
-from treetrm.sim_server import serve
+from treetrm.train.runner import DEFAULT_SPLIT
+from treetrm.sim.world import make_world
+from treetrm.sim.server import serve
 
 ROOT = project_root()
 # not key-shaped (no 'sk-' prefix), so only real redaction can keep it out, not the key-shape pattern

@@ -2,14 +2,14 @@
 import ast, asyncio, json, time
 from pathlib import Path
 import pytest
-from treetrm.agent import build_messages, run_agent
+from treetrm.agent.navigate import build_messages, run_agent
 from treetrm.core import DataError, project_root
 from treetrm.data import load_tree
-from treetrm.sim_video import reachable
-from treetrm.sim import ensure_demo_world, load_world, world_questions
-from treetrm.sim_agent import SimAgent
-from treetrm.sim_roles import make_role
-from treetrm.skills import load_skill_dir, parse_skill, render_skill, skill_file
+from treetrm.sim.video import reachable
+from treetrm.sim.world import ensure_demo_world, load_world, world_questions
+from treetrm.sim.agent import SimAgent
+from treetrm.sim.roles import make_role
+from treetrm.agent.skills import load_skill_dir, parse_skill, render_skill, skill_file
 
 ROOT = project_root()
 DEMO = ensure_demo_world()

@@ -6,14 +6,14 @@ from dataclasses import replace
 from pathlib import Path
 import numpy as np
 import pytest
-from treetrm.config import DEFAULT_GATE
+from treetrm.train.config import DEFAULT_GATE
 from treetrm.core import ConfigError
-from treetrm.gate import RULE_DECISIONS
-from treetrm.gate_sim import gate_paths
-from treetrm.noise import pair_rates
-from treetrm.realism import NOISE_LEGACY, RealismParams, p_right, rule_effects, seeded_draw
-from treetrm.sim import check_world, load_world, make_world, question_probability, world_questions
-from treetrm.sim_agent import realistic_draw
+from treetrm.gate.decision import RULE_DECISIONS
+from treetrm.gate.simulate import gate_paths
+from treetrm.bench.noise import pair_rates
+from treetrm.sim.realism import NOISE_LEGACY, RealismParams, p_right, rule_effects, seeded_draw
+from treetrm.sim.world import check_world, load_world, make_world, question_probability, world_questions
+from treetrm.sim.agent import realistic_draw
 
 # Computed at 3949483, before the noise settings existed: every benchmark JSON committed before 2026-12-06 rests on
 # these worlds' bytes and draws, so a world made with `NOISE_LEGACY` must still give exactly these.
@@ -115,7 +115,7 @@ def _draw_pairs(world, qids, edit, coupling, n_seeds, start=0):
 def test_coupled_arms_disagree_as_common_random_numbers_predict(noisy, coupling):
     """With one seed, two texts disagree with chance k|p - q| + (1 - k)(p(1 - q) + q(1 - p)) on a question (right iff a
     shared uniform is below P(right) with chance k, else independent draws); each arm keeps its exact accuracy; and
-    `treetrm.noise.pair_rates` reads the coupling back as k on a text change that moves no probability."""
+    `treetrm.bench.noise.pair_rates` reads the coupling back as k on a text change that moves no probability."""
     w = noisy[0.2]
     qids, edit, _ = _type_view(w, lambda rs: max(rs, key=lambda r: r['effect']))
     p, q = _exact(w, qids, edit)

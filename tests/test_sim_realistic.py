@@ -3,12 +3,12 @@ import asyncio, collections, json, math
 from pathlib import Path
 import pytest
 from treetrm.core import project_root
-from treetrm.inference import run_inference
+from treetrm.agent.inference import run_inference
 from treetrm.log import HarnessLog
-from treetrm.realism import EFFECT_MIXTURES, component_counts, rule_kind
-from treetrm.sim import make_world, true_accuracy, world_questions, question_probability, check_world, load_world
-from treetrm.sim_agent import SimAgent
-from treetrm.sim_roles import SimEvolver
+from treetrm.sim.realism import EFFECT_MIXTURES, component_counts, rule_kind
+from treetrm.sim.world import make_world, true_accuracy, world_questions, question_probability, check_world, load_world
+from treetrm.sim.agent import SimAgent
+from treetrm.sim.roles import SimEvolver
 
 SEED_SKILLS = project_root()/'prompts'/'skills'
 
@@ -107,7 +107,7 @@ def test_evolver_leans_towards_relevant_rules(world):
             r = json.loads(asyncio.run(ev.chat(msgs, seed=s)).content)
             out.append(r['ops'][0]['text'][2:])
         return out
-    from treetrm.sim_roles import rule_relevance
+    from treetrm.sim.roles import rule_relevance
     rules = {r['text']: r for r in w['task_types'][t]['rules']}
     rel = lambda texts: sum(rule_relevance(w, rules[x], fails) for x in texts) / len(texts)
     assert rel(proposals(4.0)) > 1.3 * rel(proposals(0.0))

@@ -2,7 +2,7 @@
 import json, subprocess, sys, threading, time, urllib.error, urllib.request
 from pathlib import Path
 import pytest
-from treetrm.sim_server import FAULT_KINDS, Faults, SimServer, serve
+from treetrm.sim.server import FAULT_KINDS, Faults, SimServer, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 HELLO = {'model': 'sim-echo', 'messages': [{'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': 'ping 42'}]}
@@ -108,7 +108,7 @@ def test_openai_client_against_server(threads_before):
     assert text == 'hi there' and total > 0
 
 def test_cli_serves_from_a_terminal():
-    proc = subprocess.Popen([sys.executable, '-m', 'treetrm.sim_server', 'serve', '--port', '0'], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, '-m', 'treetrm.sim.server', 'serve', '--port', '0'], cwd=ROOT,
                             stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -121,7 +121,7 @@ def test_cli_serves_from_a_terminal():
 def _ctx_message(ctx): return [{'role': 'user', 'content': f'Context follows.\n```json\n{json.dumps(ctx)}\n```'}]
 
 def test_judge_and_evolver_over_http(threads_before):
-    from treetrm.sim import load_world
+    from treetrm.sim.world import load_world
     world = load_world()
     qid, ev = next((q, e) for q, e in sorted(world['evidence'].items()) if e['requires'])
     diag_ctx = {'kind': 'diagnose', 'question_id': qid, 'video_id': ev['video_id'], 'task_type': ev['task_type'], 'question': 'q',

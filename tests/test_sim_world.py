@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 from treetrm.core import DataError, read_json
 from treetrm.data import load_questions, load_trees, option_text
-from treetrm.sim_video import derive_answer, reachable, TYPE_RULES
-from treetrm.sim import (check_world, ensure_demo_world, load_world, make_world, world_fingerprint, DEMO_SEED,
+from treetrm.sim.video import derive_answer, reachable, TYPE_RULES
+from treetrm.sim.world import (check_world, ensure_demo_world, load_world, make_world, world_fingerprint, DEMO_SEED,
                          DEMO_VIDEOS)
-from treetrm.sim_roles import SimEvolver, SimJudge
+from treetrm.sim.roles import SimEvolver, SimJudge
 
 def files(d):
     d = Path(d); return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob('*')) if p.is_file()}

@@ -10,12 +10,12 @@ import pytest
 
 from treetrm.core import project_root
 from treetrm.data import load_questions
-from treetrm.inference import run_inference
-from treetrm.llm import OpenAIProvider, endpoint_slots
-from treetrm.llm_config import RoleConfig
+from treetrm.agent.inference import run_inference
+from treetrm.llm.client import OpenAIProvider, endpoint_slots
+from treetrm.llm.config import RoleConfig
 from treetrm.log import HarnessLog
-from treetrm.sim_video import QUESTIONS_PER_VIDEO
-from treetrm.sim import make_world
+from treetrm.sim.video import QUESTIONS_PER_VIDEO
+from treetrm.sim.world import make_world
 
 N, C = 2000, 64
 LATENCY_S, JITTER_S = 0.75, 0.6  # per call: uniform in [L - J, L + J], mean L
@@ -32,7 +32,7 @@ RSS_LIMIT_MB = 1024
 # harness's GIL (a served model is another process too).
 SERVER = '''
 import random, sys, threading
-from treetrm.sim_server import SimServer
+from treetrm.sim.server import SimServer
 class JitterServer(SimServer):
     "SimServer whose latency is drawn per request, uniform in [mean - jitter, mean + jitter]."
     rng, lock = random.Random(0), threading.Lock()

@@ -13,7 +13,7 @@ import psutil, pytest
 from test_crashes import RecordingServer, http_env, run_until_killed
 from treetrm.log import HarnessLog
 from treetrm.report import cost_table
-from treetrm.sim import make_world
+from treetrm.sim.world import make_world
 
 # attempt -> (role, k): the k-th request of that role in the attempt is answered and its client killed. The split's
 # baseline (agent), its diagnosis (judge) after the first resume, training's first proposal (evolver) after the second.

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from treetrm.backends import make_providers
+from treetrm.llm.backends import make_providers
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from treetrm.core import ConfigError, DataError, TreeTrmError, project_root, read_json, sha256_file
 from treetrm.data import Question, load_questions
 from treetrm.log import HarnessLog
-from treetrm.split import (POOLS, build_split, check_split, has_pools, load_split, load_split_config,
+from treetrm.train.split import (POOLS, build_split, check_split, has_pools, load_split, load_split_config,
                            pools_bytes, run_split)
 
 ROOT = project_root()
@@ -48,7 +48,7 @@ def test_demo_split_is_byte_reproducible(demo_run, tmp_path):
 
 
 def test_small_world_from_scratch_is_reproducible(tmp_path):
-    from treetrm.sim import make_world
+    from treetrm.sim.world import make_world
     world = make_world(tmp_path/'world', seed=5, n_videos=10)
     cfg = {**CONFIG, 'report_floor': 10, 'epsilon': 0.2, 'floor_k': {'Counting Problem': 2}, 'val_wrong_min': 3}
     a = asyncio.run(run_split(tmp_path/'a', config=cfg, **stage(world)))

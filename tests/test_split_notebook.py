@@ -5,10 +5,10 @@ import papermill as pm
 import pytest
 
 from treetrm.core import ConfigError, project_root, read_json, sha256_file
-from treetrm.sim import make_world
+from treetrm.sim.world import make_world
 from treetrm.log import HarnessLog
-from treetrm.backends import make_providers
-from treetrm.split import POOLS, load_split
+from treetrm.llm.backends import make_providers
+from treetrm.train.split import POOLS, load_split
 
 ROOT = project_root()
 NB = ROOT/'nbs'/'split.ipynb'

@@ -6,10 +6,10 @@ import json, re, shlex, subprocess
 import papermill.cli
 import pytest
 
-from treetrm.config import stage_config
+from treetrm.train.config import stage_config
 from treetrm.core import ConfigError, project_root, read_json
-from treetrm.sim import make_world
-from treetrm.video import make_synthetic_videos
+from treetrm.sim.world import make_world
+from treetrm.build.video import make_synthetic_videos
 
 ROOT = project_root()
 README = (ROOT/'README.md').read_text(encoding='utf-8')

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from treetrm import sweep as sweep_module
+from treetrm.train import sweep as sweep_module
 from treetrm.core import ConfigError
-from treetrm.sweep import sweep, sweep_grid
+from treetrm.train.sweep import sweep, sweep_grid
 
 CONFIG = dict(epochs=1, max_calls=400, min_ladder_units=4)
 RUNS = sweep_grid(seed=[0, 1], harm_risk=[0.05])  # two runs: the seeds differ, the harm bar is shared

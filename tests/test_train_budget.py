@@ -4,12 +4,12 @@ import polars as pl
 import pytest
 from treetrm.core import BudgetError, CallBudget
 from treetrm.log import FINAL_TEST, TrainRunId
-from treetrm.loop_bench import GRID_TYPES, DEFAULT_GRID_SPLIT
-from treetrm.runner import Runner
-from treetrm.calls import CALL_BUDGET
-from treetrm.sim import make_world
-from treetrm.sim_agent import SimAgent
-from treetrm.sim_roles import SimJudge, SimEvolver
+from treetrm.bench.loop import GRID_TYPES, DEFAULT_GRID_SPLIT
+from treetrm.train.runner import Runner
+from treetrm.train.calls import CALL_BUDGET
+from treetrm.sim.world import make_world
+from treetrm.sim.agent import SimAgent
+from treetrm.sim.roles import SimJudge, SimEvolver
 
 SPLIT = dict(DEFAULT_GRID_SPLIT, val_wrong_min=2)
 
@@ -52,8 +52,8 @@ def test_budget_is_refused_before_the_call():
     b = CallBudget(2)
     token = CALL_BUDGET.set(b)
     try:
-        from treetrm.calls import RecordedProvider
-        from treetrm.sim_roles import SimEcho
+        from treetrm.train.calls import RecordedProvider
+        from treetrm.sim.roles import SimEcho
         rows = []
         p = RecordedProvider(SimEcho(), 'agent', rows.append)
         msgs = [{'role': 'user', 'content': 'hi'}]
@@ -65,7 +65,7 @@ def test_budget_is_refused_before_the_call():
 
 def test_budget_binds_over_http(tmp_path, world, monkeypatch):
     "On the openai backend (the sim server over real HTTP) every role's calls take from the budget too."
-    from treetrm.sim_server import serve
+    from treetrm.sim.server import serve
     cfg = dict(epochs=50, patience=50, min_ladder_units=4, max_calls=137, deliver='current',
                batch=dict(batch_size=8, min_class=4, correct_ratio=0.2))
     with serve(world_dir=world, seed=0) as srv:

@@ -5,8 +5,8 @@ import papermill as pm
 import pytest
 
 from treetrm.core import project_root, read_json
-from treetrm.sim import make_world
-from treetrm.skills import VersionStore, load_manifest
+from treetrm.sim.world import make_world
+from treetrm.agent.skills import VersionStore, load_manifest
 
 ROOT = project_root()
 NBS = ROOT/'nbs'

@@ -5,17 +5,17 @@ from pathlib import Path
 import pytest
 
 from treetrm.core import project_root
-from treetrm.sim import make_world, world_questions
-from treetrm.sim_agent import parse_first_user
+from treetrm.sim.world import make_world, world_questions
+from treetrm.sim.agent import parse_first_user
 
 ROOT = project_root()
 
 DRIVER = r'''
 import asyncio, json, os, signal, sys
 from pathlib import Path
-from treetrm.runner import Runner
-from treetrm.calls import current_run_id
-from treetrm.backends import make_providers
+from treetrm.train.runner import Runner
+from treetrm.train.calls import current_run_id
+from treetrm.llm.backends import make_providers
 
 ws, world, record, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 SPLIT = dict(seed=0, test_ratio=0.25, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2)

@@ -7,9 +7,9 @@ import pytest
 
 from treetrm.core import ConfigError, InfraError, project_root
 from treetrm.data import Question, build_units
-from treetrm.ladder import Ladder
+from treetrm.gate.ladder import Ladder
 from treetrm.core import Slots
-from treetrm.validate import UnitOutcome, scripted_evaluator, validate_skills_concurrent
+from treetrm.train.validate import UnitOutcome, scripted_evaluator, validate_skills_concurrent
 
 EDIT = {'target': '_default.md', 'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': '- Look twice.'}],
         'rationale': 'cancel test'}

@@ -13,15 +13,28 @@ import polars as pl
 from .core import DataError, where, read_json, atomic_write_text, sha256_file, sha256_json
 
 # %% auto #0
-__all__ = ['TASK_TYPES', 'HF_COLUMNS', 'SUMMARY_KEYS', 'LEVEL_NAMES', 'ERROR_TYPES', 'option_letters', 'option_text', 'option_of',
-           'Question', 'RecordAt', 'question_from_record', 'load_questions', 'question_record', 'save_questions',
-           'questions_fingerprint', 'questions_frame', 'QuestionUnit', 'build_units', 'unit_correct', 'Node',
-           'node_summary', 'node_text', 'VideoTree', 'load_tree', 'load_trees', 'frame_path', 'tree_frame']
+__all__ = ['TASK_TYPES', 'DEFAULT_TASK', 'HF_COLUMNS', 'SUMMARY_KEYS', 'LEVEL_NAMES', 'ERROR_TYPES', 'skill_slug',
+           'option_letters', 'option_text', 'option_of', 'Question', 'RecordAt', 'question_from_record',
+           'load_questions', 'question_record', 'save_questions', 'questions_fingerprint', 'questions_frame',
+           'QuestionUnit', 'build_units', 'unit_correct', 'Node', 'node_summary', 'node_text', 'VideoTree', 'load_tree',
+           'load_trees', 'frame_path', 'tree_frame']
 
 # %% ../nbs/01_data.ipynb #081e6946
 TASK_TYPES = ('Temporal Perception', 'Spatial Perception', 'Attribute Perception', 'Action Recognition',
               'Object Recognition', 'OCR Problems', 'Counting Problem', 'Temporal Reasoning', 'Spatial Reasoning',
               'Action Reasoning', 'Object Reasoning', 'Information Synopsis')
+
+# %% ../nbs/01_data.ipynb #1f2256f2
+DEFAULT_TASK = '_default'
+
+def skill_slug(task_type:str|None # a task type; None or '_default' for the default skill
+              ) -> str:
+    "The file stem for a task type: lower case, runs of other characters become `-`."
+    if task_type is None or task_type == DEFAULT_TASK: return DEFAULT_TASK
+    if not (slug := re.sub(r'[^a-z0-9]+', '-', str(task_type).lower()).strip('-')):
+        raise DataError(where(f'task type {task_type!r} has no letters or digits for a file name', field='task_type'))
+    return slug
+
 
 # %% ../nbs/01_data.ipynb #6845571c
 _LETTER_PREFIX = re.compile(r'([A-Z])[.)]\s*')
