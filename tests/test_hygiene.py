@@ -25,6 +25,12 @@ def test_no_asyncio_run(nb):
     src = '\n'.join(''.join(c['source']) for c in cells(nb) if c['cell_type'] == 'code')
     assert 'asyncio.run(' not in src, f'{nb.name}: use top-level await, never asyncio.run'
 
+@pytest.mark.parametrize('nb', all_notebooks(), ids=lambda p: p.name)
+def test_no_committed_outputs(nb):
+    "A committed output would have to be what the code prints today: none are kept, so none can go stale (issue 36)."
+    kept = [k for k, c in enumerate(cells(nb)) if c['cell_type'] == 'code' and (c.get('outputs') or c.get('execution_count'))]
+    assert not kept, f'{nb.name}: cells {kept} hold outputs; clear them (Jupyter: Edit > Clear Outputs of All Cells)'
+
 def stage_notebooks(): return [p for p in all_notebooks() if is_stage(p)]
 
 @pytest.mark.parametrize('nb', stage_notebooks(), ids=lambda p: p.name)
