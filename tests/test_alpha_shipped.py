@@ -12,18 +12,18 @@ the edits it judges (the "valid under repeated fresh draws" guarantee, through `
 # What is counted. A *judged edit* is an edit the gate decided (a decision-log entry of kind 'gate'). It is *kept*
 # when the e-process confirmed it (gate `accept_confirmed`, or probation `confirm`) or when the delivered skills
 # hold it (what the user gets; under deliver='best' that can differ from what was confirmed, so both count). The
-# guarantee (nbs/gate/00_decision.ipynb, DESIGN §7): a null edit is confirmed with probability at most alpha over the gate's
-# pass and every fresh probation round, so the share kept is at most alpha.
+# guarantee (nbs/gate/00_decision.ipynb, DESIGN §7): a null edit is confirmed with probability at most alpha over the
+# gate's pass and every fresh probation round, so the share kept is at most alpha.
 #
 # The tolerance: 3 standard errors of a share of alpha on the judged edits (n_min(alpha) of them measure it within ±2
 # points), or 3 of the measured share's SE clustered by run (edits of one run share a world and base arms) if larger.
 # When written (probation): 892 judged edits, 13 kept (1.46%; SE 0.40 pt, 0.37 pt clustered; bound 7.19%), of which 7
 # confirmed and 6 delivered unconfirmed: the best pointer had moved to a version holding provisional edits (fixed: it
 # never moves while an edit is on probation; `test_every_delivered_edit_was_confirmed` failed before the fix). Shown to
-# fail with `treetrm.gate.decision.confirm_log_threshold` returning log 1 (the gate and probation confirming at E+ >= 1, not the
-# calibrated ~12): 147 of 1186 kept, 12.4% > 10.1%. The check is coarse: at E+ >= 4 the loop keeps 2.6%, at E+ >= 2
-# 6.0% (inside the bound), because futility rejects 95% of null edits near min_n; confirming every probation that is
-# not harmful keeps 3.5%.
+# fail with `treetrm.gate.decision.confirm_log_threshold` returning log 1 (the gate and probation confirming at E+ >= 1,
+# not the calibrated ~12): 147 of 1186 kept, 12.4% > 10.1%. The check is coarse: at E+ >= 4 the loop keeps 2.6%, at E+
+# >= 2 6.0% (inside the bound), because futility rejects 95% of null edits near min_n; confirming every probation that
+# is not harmful keeps 3.5%.
 import asyncio, concurrent.futures as cf, math, multiprocessing as mp, time
 from collections import Counter
 from pathlib import Path

@@ -13,7 +13,7 @@ from treetrm.data import load_questions, save_questions
 from treetrm.train.diagnose import diagnose
 from treetrm.train.evolve import propose_edit
 from treetrm.agent.inference import run_inference
-from treetrm.llm.client import LLMResponse
+from treetrm.llm.protocol import LLMResponse
 from treetrm.llm.config import load_role_config
 from treetrm.log import HarnessLog
 from treetrm.train.runner import DEFAULT_SPLIT, Runner
@@ -22,7 +22,7 @@ from treetrm.sim.agent import SimAgent
 from treetrm.sim.roles import make_role
 from treetrm.agent.edits import REJECT_REASONS
 from treetrm.llm.backends import make_providers
-from treetrm.train.split import run_split
+from treetrm.train.pools import run_split
 
 ROOT = project_root()
 CORPUS = ROOT/'tests'/'bad_inputs'
@@ -30,7 +30,8 @@ SKILLS = ROOT/'prompts'/'skills'
 
 def snapshot(folder:Path) -> dict:
     "Every file under `folder` with its hash (empty when the folder does not exist)."
-    return {str(p.relative_to(folder)): sha256_file(p) for p in sorted(folder.rglob('*')) if p.is_file()} if folder.exists() else {}
+    return ({str(p.relative_to(folder)): sha256_file(p) for p in sorted(folder.rglob('*')) if p.is_file()}
+            if folder.exists() else {})
 
 @pytest.fixture(scope='module')
 def world(tmp_path_factory):
@@ -39,13 +40,15 @@ def world(tmp_path_factory):
 @pytest.fixture
 def workspace(tmp_path):
     "A workspace that already holds something (a note), so 'unchanged' is checked on real content."
-    ws = tmp_path/'ws'; ws.mkdir(); (ws/'note.txt').write_text('keep me')
+    ws = tmp_path/'ws'
+    ws.mkdir()
+    (ws/'note.txt').write_text('keep me')
     return ws
 
 def split_call(ws, world, **kw):
     p = make_providers('sim', world_dir=world)
-    args = dict(questions_path=world/'questions.jsonl', trees_dir=world/'trees', skills_dir=SKILLS, agent=p['agent'], judge=p['judge'],
-                config=DEFAULT_SPLIT, concurrency=4, progress=False) | kw
+    args = dict(questions_path=world/'questions.jsonl', trees_dir=world/'trees', skills_dir=SKILLS, agent=p['agent'],
+                judge=p['judge'], config=DEFAULT_SPLIT, concurrency=4, progress=False) | kw
     return asyncio.run(run_split(ws, **args))
 
 def expect(kind:str) -> dict: return json.loads((CORPUS/kind/'expect.json').read_text())
@@ -64,7 +67,8 @@ TREE_CASES = sorted(n for n in expect('trees') if n.endswith('.json'))
 @pytest.mark.parametrize('name', TREE_CASES)
 def test_malformed_tree_stops_split_and_inference(name, world, workspace, tmp_path):
     # a copy of the world whose first video's tree is the broken one
-    data = tmp_path/'data'; shutil.copytree(world, data)
+    data = tmp_path/'data'
+    shutil.copytree(world, data)
     qs = load_questions(world/'questions.jsonl')
     target = data/'trees'/qs[0].video_id/'tree.json'
     target.write_bytes((CORPUS/'trees'/name).read_bytes())
@@ -74,7 +78,8 @@ def test_malformed_tree_stops_split_and_inference(name, world, workspace, tmp_pa
     assert str(target) in str(e.value) and all(s in str(e.value) for s in subs), str(e.value)
     log = HarnessLog(workspace/'harness.db')
     with pytest.raises(DataError, match='tree.json'):
-        asyncio.run(run_inference(qs, trees_dir=data/'trees', provider=SimAgent(data), log=log, run_id='r', skills_dir=SKILLS, progress=False))
+        asyncio.run(run_inference(qs, trees_dir=data/'trees', provider=SimAgent(data), log=log, run_id='r',
+                                  skills_dir=SKILLS, progress=False))
     assert log.runs().height == 0 and log.frame('predictions').height == 0  # failed before any model call or record
     log.close()
 
@@ -91,12 +96,14 @@ def test_bad_split_config(case, world, workspace, tmp_path):
     config, sub = SPLIT_CONFIGS[case]
     before = snapshot(workspace)
     with pytest.raises(ConfigError, match=sub): split_call(workspace, world, config=config)
-    yml = tmp_path/'split.yaml'; yml.write_text(json.dumps(config))  # JSON is YAML: the same through a config file
+    yml = tmp_path/'split.yaml'
+    yml.write_text(json.dumps(config))  # JSON is YAML: the same through a config file
     with pytest.raises(ConfigError, match=sub): split_call(workspace, world, config=yml)
     assert snapshot(workspace) == before
 
 def test_broken_yaml_config_names_the_file(world, workspace, tmp_path):
-    yml = tmp_path/'split.yaml'; yml.write_text('seed: [1, 2\ntest_ratio: 0.2\n')
+    yml = tmp_path/'split.yaml'
+    yml.write_text('seed: [1, 2\ntest_ratio: 0.2\n')
     with pytest.raises(ConfigError) as e: split_call(workspace, world, config=yml)
     assert 'split.yaml' in str(e.value)
 
@@ -109,13 +116,15 @@ ROLE_ENVS = {'negative concurrency': ({'CONCURRENCY': '-4'}, 'TREETRM_AGENT_CONC
 @pytest.mark.parametrize('case', ROLE_ENVS)
 def test_bad_role_environment(case, tmp_path):
     extra, var = ROLE_ENVS[case]
-    env = {'TREETRM_AGENT_MODEL': 'sim-agent', 'TREETRM_AGENT_BASE_URL': 'http://127.0.0.1:9/v1', 'TREETRM_AGENT_API_KEY': 'sk-x'}
+    env = {'TREETRM_AGENT_MODEL': 'sim-agent', 'TREETRM_AGENT_BASE_URL': 'http://127.0.0.1:9/v1',
+           'TREETRM_AGENT_API_KEY': 'sk-x'}
     env |= {f'TREETRM_AGENT_{k}': v for k, v in extra.items()}
     with pytest.raises(ConfigError, match=var): make_providers('openai', roles=('agent',), env=env, dotenv_path=None)
     with pytest.raises(ConfigError, match='unknown backend'): make_providers('vllm')
     with pytest.raises(ConfigError, match='unknown role'): load_role_config('critic', env=env)
 
-RUNNER_CONFIGS = {'unknown setting': (dict(config={'epochz': 2}), 'epochz'), 'zero epochs': (dict(config={'epochs': 0}), 'epochs'),
+RUNNER_CONFIGS = {'unknown setting': (dict(config={'epochz': 2}), 'epochz'),
+                  'zero epochs': (dict(config={'epochs': 0}), 'epochs'),
                   'unknown acceptance': (dict(config={'acceptance': 'vibes'}), 'acceptance'),
                   'unknown backend': (dict(backend='vllm'), 'unknown backend'),
                   'negative concurrency': (dict(concurrency=-1), 'concurrency')}
@@ -132,10 +141,11 @@ def test_bad_concurrency_in_inference_and_diagnosis(concurrency, world, tmp_path
     log = HarnessLog(tmp_path/'harness.db')
     qs = load_questions(world/'questions.jsonl')
     with pytest.raises(ConfigError, match='concurrency'):
-        asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=SimAgent(world), log=log, run_id='r', skills_dir=SKILLS,
-                                  concurrency=concurrency, progress=False))
+        asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=SimAgent(world), log=log, run_id='r',
+                                  skills_dir=SKILLS, concurrency=concurrency, progress=False))
     with pytest.raises(ConfigError, match='concurrency'):
-        asyncio.run(diagnose(qs, log=log, baseline_run_id='r', judge=make_role('sim-judge', world), skills_dir=SKILLS, concurrency=concurrency))
+        asyncio.run(diagnose(qs, log=log, baseline_run_id='r', judge=make_role('sim-judge', world), skills_dir=SKILLS,
+                             concurrency=concurrency))
     assert log.runs().height == 0
     log.close()
 
@@ -156,7 +166,8 @@ def test_bad_notebook_parameters(case, world, workspace, tmp_path):
     nb, params, sub = NOTEBOOK_CASES[case]
     before = snapshot(workspace)
     with pytest.raises(pm.PapermillExecutionError) as e:
-        pm.execute_notebook(str(ROOT/'nbs'/nb), str(tmp_path/'out.ipynb'), parameters=dict(workspace=str(workspace), data_dir=str(world), **params),
+        pm.execute_notebook(str(ROOT/'nbs'/nb), str(tmp_path/'out.ipynb'),
+                            parameters=dict(workspace=str(workspace), data_dir=str(world), **params),
                             kernel_name='python3', cwd=str(ROOT/'nbs'), progress_bar=False)
     assert e.value.ename == 'ConfigError' and sub in e.value.evalue, (e.value.ename, e.value.evalue)
     assert snapshot(workspace) == before
@@ -168,7 +179,8 @@ class Scripted:
     def __init__(self, text, model='scripted'): self.text, self.model, self.calls = text, model, 0
     async def chat(self, messages, **kw):
         self.calls += 1
-        return LLMResponse(self.text(messages) if callable(self.text) else self.text, usage={'prompt_tokens': 1, 'completion_tokens': 1}, model=self.model)
+        return LLMResponse(self.text(messages) if callable(self.text) else self.text,
+                           usage={'prompt_tokens': 1, 'completion_tokens': 1}, model=self.model)
 
 def action(tool, **args): return json.dumps({'reflect': {}, 'plan': '', 'action': {'tool': tool, 'args': args}})
 
@@ -186,30 +198,37 @@ AGENT_OUTPUTS = {  # reply -> (stop reason, prediction)
 def test_bad_agent_output_is_recorded_not_answered(case, world, tmp_path):
     reply, stop = AGENT_OUTPUTS[case]
     qs, log, skills = load_questions(world/'questions.jsonl')[:3], HarnessLog(tmp_path/'harness.db'), tmp_path/'skills'
-    shutil.copytree(SKILLS, skills); before = snapshot(skills)
-    res = asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=Scripted(reply), log=log, run_id='r', skills_dir=skills,
-                                    max_steps=3, progress=False))
-    p = log.predictions('r'); log.close()
-    assert res.n == 3 and set(p['stop_reason']) == {stop} and p['prediction'].null_count() == 3 and not p['correct'].any()
+    shutil.copytree(SKILLS, skills)
+    before = snapshot(skills)
+    res = asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=Scripted(reply), log=log, run_id='r',
+                                    skills_dir=skills, max_steps=3, progress=False))
+    p = log.predictions('r')
+    log.close()
+    assert (res.n == 3 and set(p['stop_reason']) == {stop} and p['prediction'].null_count() == 3
+            and not p['correct'].any())
     if stop == 'budget_exceeded':  # every bad call came back to the model as a tool error, none as an answer
         outputs = [s['output'] for j in p['steps_json'] for s in json.loads(j)]
         assert all('[tool error]' in o for o in outputs if o), outputs[:3]
     assert snapshot(skills) == before
 
 JUDGE_OUTPUTS = {'not JSON': 'The agent missed it.', 'wrong schema': json.dumps({'verdict': 'bad'}),
-                 'unknown tier': json.dumps({'tier': 'T9', 'error_type': 'missed_evidence', 'cause': 'x', 'missed_nodes': [],
-                                             'skill_adherence': 'followed', 'evolution_target': None, 'confidence': 0.5}),
-                 'target outside the skills': json.dumps({'tier': 'T2', 'error_type': 'missed_evidence', 'cause': 'x', 'missed_nodes': [],
-                                                          'skill_adherence': 'followed', 'evolution_target': '../../etc/passwd', 'confidence': 0.5})}
+                 'unknown tier': json.dumps({'tier': 'T9', 'error_type': 'missed_evidence', 'cause': 'x',
+                                             'missed_nodes': [], 'skill_adherence': 'followed',
+                                             'evolution_target': None, 'confidence': 0.5}),
+                 'target outside the skills': json.dumps({'tier': 'T2', 'error_type': 'missed_evidence', 'cause': 'x',
+                                                          'missed_nodes': [], 'skill_adherence': 'followed',
+                                                          'evolution_target': '../../etc/passwd', 'confidence': 0.5})}
 
 def test_bad_judge_output_is_a_degraded_signal(world, tmp_path):
     qs = load_questions(world/'questions.jsonl')
     log = HarnessLog(tmp_path/'harness.db')
-    asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=SimAgent(world), log=log, run_id='base', skills_dir=SKILLS, progress=False))
+    asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=SimAgent(world), log=log, run_id='base',
+                              skills_dir=SKILLS, progress=False))
     wrong = log.predictions('base').filter(~pl.col('correct')).height
     assert wrong > 0
     for i, (case, reply) in enumerate(JUDGE_OUTPUTS.items()):
-        res = asyncio.run(diagnose(qs, log=log, baseline_run_id='base', judge=Scripted(reply), skills_dir=SKILLS, prompt_version=f'p{i}', parse_retries=1))
+        res = asyncio.run(diagnose(qs, log=log, baseline_run_id='base', judge=Scripted(reply), skills_dir=SKILLS,
+                                   prompt_version=f'p{i}', parse_retries=1))
         assert res.n_degraded == res.n_judged == wrong, case
         assert res.signals['tier'].null_count() == wrong and res.signals['evolution_target'].null_count() == wrong, case
         assert all('unparseable judge reply' in c for c in res.signals['cause']), (case, res.signals['cause'][0])
@@ -217,31 +236,41 @@ def test_bad_judge_output_is_a_degraded_signal(world, tmp_path):
 
 EDIT_CASES = sorted(n for n in expect('skills') if n.endswith('.json'))
 OTHER_FILE = {'length-ratio-too-small.json'}  # edits object-reasoning.md: asked for that file
-NOT_AN_EDIT = {'schema-empty-ops.json': 'no_change', 'schema-not-an-object.json': 'schema'}  # read as an evolver reply first
+# read as an evolver reply first
+NOT_AN_EDIT = {'schema-empty-ops.json': 'no_change', 'schema-not-an-object.json': 'schema'}
 
 @pytest.mark.parametrize('name', EDIT_CASES + ['<not JSON>', '<truncated>'])
 def test_bad_evolver_output_is_a_recorded_rejection(name, tmp_path):
-    skills = tmp_path/'v1'; shutil.copytree(CORPUS/'skills'/'fixture', skills); before = snapshot(skills)
-    text = {'<not JSON>': 'Add a rule about counting twice.', '<truncated>': '{"target": "counting-problem.md", "ops": [{"op": "app'}.get(name)
+    skills = tmp_path/'v1'
+    shutil.copytree(CORPUS/'skills'/'fixture', skills)
+    before = snapshot(skills)
+    text = {'<not JSON>': 'Add a rule about counting twice.',
+            '<truncated>': '{"target": "counting-problem.md", "ops": [{"op": "app'}.get(name)
     text = text or (CORPUS/'skills'/name).read_text()
     target = 'object-reasoning.md' if name in OTHER_FILE else 'counting-problem.md'
     evolver = Scripted(text)
-    p = asyncio.run(propose_edit('Counting Problem', skills_dir=skills, case_pack={'failures': [], 'successes': []}, evolver=evolver, target=target))
-    assert not p.ok and p.status in ('invalid', 'no_change') and p.new_text is None and p.files == {}, (p.status, p.reason)
+    p = asyncio.run(propose_edit('Counting Problem', skills_dir=skills, case_pack={'failures': [], 'successes': []},
+                                 evolver=evolver, target=target))
+    assert (not p.ok and p.status in ('invalid', 'no_change') and p.new_text is None and p.files == {}), (p.status,
+                                                                                                          p.reason)
     assert p.reason in (*REJECT_REASONS, 'not_json', 'truncated'), p.reason
     if name in expect('skills') and name not in NOT_AN_EDIT:
         for s in expect('skills')[name]: assert s in p.message, (s, p.message)
     assert snapshot(skills) == before
 
 def test_training_records_rejected_edits_and_changes_no_skill(tmp_path):
-    "A whole training run whose evolver only proposes edits that escape the skills folder: every one is rejected and recorded."
+    ("A whole training run whose evolver only proposes edits that escape the skills folder: "
+     "every one is rejected and recorded.")
     world = make_world(tmp_path/'world', seed=2, n_videos=8)
-    bad = lambda messages: json.dumps({'target': '../../manifest.json', 'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': '- x'}]})
+    bad = lambda messages: json.dumps({'target': '../../manifest.json',
+                                       'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': '- x'}]})
     evolver = Scripted(bad, model='sim-evolver')
     r = Runner(tmp_path/'ws', data_dir=world, progress=False, concurrency=8,
                providers={'agent': SimAgent(world), 'judge': make_role('sim-judge', world), 'evolver': evolver},
-               config=dict(epochs=1, min_ladder_units=3, ladder_cap=12, momentum=False, batch=dict(batch_size=8, min_class=2, correct_ratio=0.2), gate=dict(min_n=5)),
-               split_config=dict(seed=0, test_ratio=0.3, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.5, val_wrong_min=2))
+               config=dict(epochs=1, min_ladder_units=3, ladder_cap=12, momentum=False,
+                           batch=dict(batch_size=8, min_class=2, correct_ratio=0.2), gate=dict(min_n=5)),
+               split_config=dict(seed=0, test_ratio=0.3, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.5,
+                                 val_wrong_min=2))
     res = asyncio.run(r.train('v1'))
     r.log.close()
     proposals = [d for d in res.state.decisions if d.get('kind') == 'proposal']

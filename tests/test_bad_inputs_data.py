@@ -1,9 +1,11 @@
-"Bad-input corpus for questions and trees: every malformed file fails with a DataError that says where, and nothing is written."
+("Bad-input corpus for questions and trees: every malformed file fails with a DataError that says where, "
+ "and nothing is written.")
 import json
 from pathlib import Path
 import pytest
 from treetrm.core import DataError, TreeTrmError, sha256_file
-from treetrm.data import load_questions, load_tree
+from treetrm.data import load_questions
+from treetrm.trees import load_tree
 
 CORPUS = Path(__file__).resolve().parent/'bad_inputs'
 LOADERS = {'questions': load_questions, 'trees': load_tree}
@@ -17,7 +19,8 @@ def cases():
 def snapshot():
     "Every file (hidden ones too) under the question and tree corpora, with size, mtime and hash."
     return {str(p.relative_to(CORPUS)): (p.stat().st_size, p.stat().st_mtime_ns, sha256_file(p))
-            for kind in LOADERS for p in sorted((CORPUS/kind).rglob('*')) if p.is_file() and '__pycache__' not in p.parts}
+            for kind in LOADERS for p in sorted((CORPUS/kind).rglob('*'))
+            if p.is_file() and '__pycache__' not in p.parts}
 
 @pytest.mark.parametrize('kind', list(LOADERS))
 def test_every_case_is_listed(kind):

@@ -20,7 +20,8 @@ def snapshot(folder: Path) -> dict[str, str]:
 def check_message(err: Exception, case: str):
     msg = str(err)
     for needle in EXPECT[case]: assert needle in msg, f'{case}: {needle!r} not in {msg!r}'
-    assert 'file=' in msg or case.startswith('schema-missing-target') or case.startswith('schema-not-an-object'), f'{case}: no file named in {msg!r}'
+    assert ('file=' in msg or case.startswith('schema-missing-target')
+            or case.startswith('schema-not-an-object')), f'{case}: no file named in {msg!r}'
     assert 'field=' in msg or 'section=' in msg, f'{case}: no field or section named in {msg!r}'
 
 def test_corpus_is_complete():
@@ -30,7 +31,8 @@ def test_corpus_is_complete():
 
 @pytest.mark.parametrize('case', [c for c in CASES if c.endswith('.json')])
 def test_bad_edit_is_rejected(case, tmp_path):
-    version = tmp_path/'v1'; shutil.copytree(FIXTURE, version)
+    version = tmp_path/'v1'
+    shutil.copytree(FIXTURE, version)
     before, fixture_before = snapshot(tmp_path), snapshot(FIXTURE)
     edit = json.loads((CORPUS/case).read_text())
     with pytest.raises(EditRejected) as info: apply_edit(version, edit)
@@ -40,7 +42,9 @@ def test_bad_edit_is_rejected(case, tmp_path):
 
 @pytest.mark.parametrize('case', [c for c in CASES if c.endswith('.md')])
 def test_bad_skill_file_is_refused(case, tmp_path):
-    version = tmp_path/'v1'; shutil.copytree(FIXTURE, version); shutil.copy(CORPUS/case, version/case)
+    version = tmp_path/'v1'
+    shutil.copytree(FIXTURE, version)
+    shutil.copy(CORPUS/case, version/case)
     before = snapshot(tmp_path)
     with pytest.raises(DataError) as info: load_skill_dir(version)
     check_message(info.value, case)
@@ -48,7 +52,9 @@ def test_bad_skill_file_is_refused(case, tmp_path):
 
 def test_good_edit_on_fixture_passes(tmp_path):
     "The same machinery accepts a sound edit, so the rejections above are not an always-raise."
-    version = tmp_path/'v1'; shutil.copytree(FIXTURE, version); before = snapshot(tmp_path)
+    version = tmp_path/'v1'
+    shutil.copytree(FIXTURE, version)
+    before = snapshot(tmp_path)
     new = apply_edit(version, {'target': 'counting-problem.md', 'ops': [
         {'op': 'append_to_section', 'section': 'Strategy', 'text': '- Count each event once.'}]})
     assert new.count('- Count each event once.') == 1 and snapshot(tmp_path) == before

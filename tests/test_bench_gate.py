@@ -10,7 +10,8 @@ def test_bench_gate_notebook(tmp_path):
     pm.execute_notebook(str(ROOT/'nbs'/'bench'/'gate.ipynb'), str(tmp_path/'gate_out.ipynb'), kernel_name='python3',
                         parameters=dict(n_ladders=1500, seed=3, out=str(out)), cwd=str(ROOT), progress_bar=False)
     s = json.loads(out.read_text())
-    assert {'headline', 'null', 'savings', 'power_curve', 'ville_worst_case_240', 'reference', 'params', 'figures'} <= set(s)
+    assert ({'headline', 'null', 'savings', 'power_curve', 'ville_worst_case_240', 'reference', 'params', 'figures'}
+            <= set(s))
     assert s['n_ladders'] == 1500 and s['seed'] == 3 and s['params']['alpha'] == 0.05
     for f in s['figures']: assert (out.parent/f).stat().st_size > 10_000
     h, ref, n = s['headline'], s['reference'], s['n_ladders']

@@ -1,4 +1,6 @@
-"The loop benchmark notebook runs under papermill with a tiny grid; its JSON has loop.json's shape; gains, intervals and regret are the planted truth of the delivered files; a rule that accepts nothing gains 0; an interrupted grid resumes; worker processes give the serial numbers."
+("The loop benchmark notebook runs under papermill with a tiny grid; its JSON has loop.json's shape; gains, "
+ "intervals and regret are the planted truth of the delivered files; a rule that accepts nothing gains 0; "
+ "an interrupted grid resumes; worker processes give the serial numbers.")
 import asyncio, contextlib, gc, json, math, sqlite3
 from pathlib import Path
 
@@ -97,23 +99,27 @@ def test_notebook_is_committed_clean():
 
 def test_loop_bench_notebook(tmp_path):
     out, work = tmp_path/'bench'/'loop.json', tmp_path/'work'
-    pm.execute_notebook(str(NB), str(tmp_path/'loop_out.ipynb'), kernel_name='python3', cwd=str(ROOT), progress_bar=False,
-                        parameters=dict(worlds=[TINY], rules=RULES, seeds=[0], budget=400, processes=1, workdir=str(work), out=str(out),
+    pm.execute_notebook(str(NB), str(tmp_path/'loop_out.ipynb'), kernel_name='python3', cwd=str(ROOT),
+                        progress_bar=False, parameters=dict(worlds=[TINY], rules=RULES, seeds=[0], budget=400,
+                                                            processes=1, workdir=str(work), out=str(out),
                                         min_ladder_units=4, batch_size=8, split=SETTINGS['split']))
     s = json.loads(out.read_text())
     assert set(s) >= {'cells', 'wall_s', 'figures', 'bar'} and len(s['cells']) == 1 and list(s['bar']) == ['gate']
     c = s['cells'][0]
-    assert {k: c['world'][k] for k in TINY} == json.loads(json.dumps(TINY)) and c['budget'] == 400 and c['seeds'] == [0] and set(c['rules']) == set(RULES)
+    assert ({k: c['world'][k] for k in TINY} == json.loads(json.dumps(TINY)) and c['budget'] == 400
+            and c['seeds'] == [0] and set(c['rules']) == set(RULES))
     for f in s['figures']: assert (out.parent/f).stat().st_size > 5_000
     assert {f.split('.')[0] for f in s['figures']} == {'loop_frontier', 'loop_budget', 'loop_pooled'}
     assert {(r['units'], r['rule']) for r in s['pooled']} == {('16 videos', r) for r in RULES}
     assert all(r['gain'] == c['rules'][r['rule']]['gain']['mean'] for r in s['pooled'])  # one cell: the cell's mean
     for rule, v in c['rules'].items():
         assert set(v) >= {'gain', 'p_worse_than_seed', 'harmful_points', 'regret', 'calls', 'runs'}
-        assert set(v['calls']) == {'agent', 'judge', 'evolver'} and sum(v['calls'].values()) <= 400  # the hard budget holds
+        # the hard budget holds
+        assert set(v['calls']) == {'agent', 'judge', 'evolver'} and sum(v['calls'].values()) <= 400
         (run,) = v['runs']
         assert run['seed'] == 0 and run['worse_than_seed'] == (run['gain'] < -1e-9) and v['gain']['mean'] == run['gain']
-        assert abs(v['regret'] - (c['rules']['oracle']['gain']['mean'] - run['gain'])) < 1e-9 and len(v['regret_ci']) == 2
+        assert (abs(v['regret'] - (c['rules']['oracle']['gain']['mean'] - run['gain'])) < 1e-9 and len(v['regret_ci'])
+                == 2)
     # the curve's 2x point is where each run ended (it trains to 2x the budget): the truth of the version the
     # workspace's manifest says the run delivered, recomputed from the skills folders
     ws = world_workspace(work, 0)
@@ -127,7 +133,8 @@ def test_processes_give_the_serial_numbers(tmp_path):
     kw = dict(rules=('greedy', 'gate'), budget=300, seeds=(0, 1), settings=BenchSettings(**SETTINGS), verbose=False)
     serial = asyncio.run(run_grid([TINY], processes=1, workdir=tmp_path/'a', **kw))
     parallel = asyncio.run(run_grid([TINY], processes=2, workdir=tmp_path/'b', **kw))
-    strip = lambda s: [{r: {k: x for k, x in v.items() if k not in ('runs', 'wall_s')} | {'runs': [{k: x for k, x in run.items() if k != 'wall_s'} for run in v['runs']]}
+    strip = lambda s: [{r: {k: x for k, x in v.items() if k not in ('runs', 'wall_s')}
+                        | {'runs': [{k: x for k, x in run.items() if k != 'wall_s'} for run in v['runs']]}
                         for r, v in c['rules'].items()} for c in s['cells']]
     assert strip(serial) == strip(parallel)
 

@@ -1,4 +1,7 @@
-"The scale benchmark notebook runs under papermill on a small setting: every grid run gives the same summary whichever executor and cores ran it, every question of every endpoint run is answered with none lost (one server killed part-way included), and its figures are self-consistent. How fast anything went belongs to the JSON, not to this test."
+("The scale benchmark notebook runs under papermill on a small setting: "
+ "every grid run gives the same summary whichever executor and cores ran it, "
+ "every question of every endpoint run is answered with none lost (one server killed part-way included), "
+ "and its figures are self-consistent. How fast anything went belongs to the JSON, not to this test.")
 import json
 from pathlib import Path
 

@@ -12,11 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_throughput_notebook(tmp_path, monkeypatch):
     out = tmp_path/'bench'/'throughput.json'
-    scratch = tmp_path/'scratch'; scratch.mkdir()
+    scratch = tmp_path/'scratch'
+    scratch.mkdir()
     monkeypatch.setenv('TMPDIR', str(scratch))  # the kernel's `benchmark_throughput` makes its scratch folder here
     L, C, N, NC = 0.1, 8, 160, 40
-    pm.execute_notebook(str(ROOT/'nbs'/'bench'/'throughput.ipynb'), str(tmp_path/'throughput_out.ipynb'), kernel_name='python3',
-                        parameters=dict(n_questions=N, latency_s=L, concurrency=C, cpu_questions=NC, out=str(out)), cwd=str(ROOT), progress_bar=False)
+    pm.execute_notebook(str(ROOT/'nbs'/'bench'/'throughput.ipynb'), str(tmp_path/'throughput_out.ipynb'),
+                        kernel_name='python3',
+                        parameters=dict(n_questions=N, latency_s=L, concurrency=C, cpu_questions=NC, out=str(out)),
+                        cwd=str(ROOT), progress_bar=False)
     f = json.loads(out.read_text())
     assert (f['latency_s'], f['concurrency'], f['n_questions'], f['cpu_run']['n_questions']) == (L, C, N, NC)
     assert 3 <= f['calls_per_question'] <= 16

@@ -14,8 +14,10 @@ from treetrm.agent.navigate import run_agent
 from treetrm.build.builder import BuildParams, build_tree, build_trees
 from treetrm.build.video import make_synthetic_videos, parse_subtitles, read_barcode, synthetic_shots
 from treetrm.core import DataError, project_root
-from treetrm.data import frame_path, load_questions, load_tree
-from treetrm.llm.client import LLMResponse, OpenAIProvider
+from treetrm.data import load_questions
+from treetrm.trees import frame_path, load_tree
+from treetrm.llm.protocol import LLMResponse
+from treetrm.llm.client import OpenAIProvider
 from treetrm.llm.config import RoleConfig
 from treetrm.sim.server import Faults, serve
 
@@ -115,7 +117,8 @@ KILLED_BUILD = textwrap.dedent('''
 
 
 def billed(ledger: Path) -> list[str]:
-    "Request keys of the billed calls in a build's ledger (none while the builder has made the file but not its tables)."
+    ("Request keys of the billed calls in a build's ledger (none while the builder has made the file but not its "
+     "tables).")
     with sqlite3.connect(ledger) as db:
         if not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='calls'").fetchone(): return []
         return [k for (k,) in db.execute("SELECT request_key FROM calls WHERE status='ok'")]

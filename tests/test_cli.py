@@ -1,6 +1,7 @@
 """The `treetrm` command (issue 32, item 8): `treetrm <stage>` and `python -m treetrm <stage>` run the stage notebooks
 through papermill, the report lands in the run's own folder, `--help` lists each stage's parameters as the notebooks
-define them, a bad stage or parameter name exits with code 2, and `python -m treetrm.train.runner` no longer exits 0 silently."""
+define them, a bad stage or parameter name exits with code 2, and `python -m treetrm.train.runner` no longer exits 0
+silently."""
 import json, shutil, subprocess, sys
 from pathlib import Path
 

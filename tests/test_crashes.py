@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 STAGES = ('split', 'train', 'eval')
-CONFIG = dict(epochs=2, min_ladder_units=3, ladder_cap=12, batch=dict(batch_size=8, min_class=2, correct_ratio=0.2), gate=dict(min_n=5))
+CONFIG = dict(epochs=2, min_ladder_units=3, ladder_cap=12, batch=dict(batch_size=8, min_class=2, correct_ratio=0.2),
+              gate=dict(min_n=5))
 SPLIT = dict(seed=0, test_ratio=0.3, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.5, val_wrong_min=2)
 EVALS = (('best', 'test'), ('best', 'validation'), ('seed', 'validation'))
 CONCURRENCY = 2
@@ -25,8 +26,10 @@ async def pipeline(workspace:Path, world:Path, say=print, backend:str='sim'):
     r = Runner(workspace, backend=backend, data_dir=world, config=CONFIG, split_config=SPLIT, concurrency=CONCURRENCY,
                progress=False)
     try:
-        say('split'); await r.split()
-        say('train'); await r.train('v1')
+        say('split')
+        await r.split()
+        say('train')
+        await r.train('v1')
         say('eval')
         for version, pool in EVALS: await r.eval(version, pool)
         say('done')
@@ -80,14 +83,16 @@ if __name__ == '__main__':  # the subprocess: python tests/test_crashes.py WORKS
 
 import pytest
 
-from treetrm.llm.client import cache_key
-from treetrm.log import TABLES, TrainRunId
+from treetrm.llm.resilience import cache_key
+from treetrm.log import TrainRunId
+from treetrm.log_schema import TABLES
 from treetrm.sim.world import make_world
 from treetrm.sim.server import SimServer
 
 ROOT = Path(__file__).resolve().parents[1]
 KILLS = {'split': 3, 'train': 4, 'eval': 3}  # planned, and performed: each lands in its stage
-VOLATILE = {'created_at', 'started_at', 'finished_at', 'latency', 'latency_s', 'generated_at', 'at', 'time', 'wall_s', 'elapsed_s'}
+VOLATILE = {'created_at', 'started_at', 'finished_at', 'latency', 'latency_s', 'generated_at', 'at', 'time', 'wall_s',
+            'elapsed_s'}
 
 def integrity(db:Path) -> str:
     "PRAGMA integrity_check of a database a killed process left behind (opening it recovers the WAL)."
@@ -122,7 +127,8 @@ def consumed_candidate_rows(conn) -> set:
     return {(TrainRunId(rid).gate_arm(gate, task_type, 'cand'), unit) for rid, gate, task_type, unit in rows}
 
 def db_state(db:Path) -> dict:
-    "Every table's rows without wall-clock columns, sorted; llm_calls by (run, role, status) counts (call ids are random)."
+    ("Every table's rows without wall-clock columns, sorted; llm_calls by (run, role, status) "
+     "counts (call ids are random).")
     conn, out = sqlite3.connect(db), {}
     try:
         consumed = consumed_candidate_rows(conn)
@@ -134,7 +140,8 @@ def db_state(db:Path) -> dict:
                 i, j = cols.index('run_id'), cols.index('question_id')
                 rows = [r for r in rows if not is_candidate_run(r[i]) or (r[i], r[j]) in consumed]
             out[name] = sorted(map(repr, rows))
-        out['llm_calls'] = sorted(map(repr, conn.execute('SELECT run_id, role, status, count(*) FROM llm_calls GROUP BY 1, 2, 3').fetchall()))
+        out['llm_calls'] = sorted(map(repr, conn.execute(
+            'SELECT run_id, role, status, count(*) FROM llm_calls GROUP BY 1, 2, 3').fetchall()))
     finally: conn.close()
     return out
 
@@ -158,7 +165,8 @@ def agree_where_both(a:dict, b:dict) -> list:
     return [k for k in a.keys() & b.keys() if a[k] != b[k]]
 
 def file_state(ws:Path) -> dict:
-    "Every file of the workspace but harness.db (JSON without wall-clock fields, SQLite files by their rows), by relative path."
+    ("Every file of the workspace but harness.db (JSON without wall-clock fields, SQLite files by their rows), "
+     "by relative path.")
     out = {}
     for p in sorted(ws.rglob('*')):
         if not p.is_file() or p.name.startswith('harness.db') or '/tmp/' in f'/{p.relative_to(ws)}': continue
@@ -174,7 +182,8 @@ def file_state(ws:Path) -> dict:
 def differences(a, b, path='') -> list[str]:
     "Paths (a/b/c) where two JSON-like values differ."
     if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in sorted(set(a) | set(b), key=str) for d in differences(a.get(k, '<missing>'), b.get(k, '<missing>'), f'{path}/{k}')]
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in differences(a.get(k, '<missing>'), b.get(k, '<missing>'), f'{path}/{k}')]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f'{path}[{i}]')]
     return [] if a == b else [f'{path}: {str(a)[:80]} != {str(b)[:80]}']
@@ -198,7 +207,9 @@ def run_until_killed(ws:Path, world:Path, kill:tuple=(), backend:str='sim', env:
     on_start(proc)  # e.g. a server that kills the client itself learns its pid
     try: out, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None: proc.kill(); proc.wait(10)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
     marks = [line.split() for line in out.splitlines() if line.split() and line.split()[0] in STAGES + ('done', )]
     assert proc.returncode in (0, -signal.SIGKILL), err[-3000:]
     return proc.returncode, marks
@@ -254,11 +265,13 @@ def test_resumed_state_matches_uninterrupted_run(crashed, reference):
     assert units and {u for (u, ) in units} <= asked  # the premise above: the sim's units are single questions
     cache_sql = 'SELECT task_type || skill_sha || prompts_version, unit_id, correct FROM baseline_outcomes'
     for cache in (ref/'cache').glob('baseline-*.sqlite'):
-        assert not agree_where_both(keyed_rows(ws/'cache'/cache.name, cache_sql), keyed_rows(cache, cache_sql)), cache.name
+        assert not agree_where_both(keyed_rows(ws/'cache'/cache.name, cache_sql),
+                                    keyed_rows(cache, cache_sql)), cache.name
     # every file (skills versions, pools, manifest, checkpoint, metrics, reports) but the telemetry-derived fields
     diffs = [d for d in differences(file_state(ws), file_state(ref)) if not any(t in d for t in TELEMETRY)]
     assert not diffs, '\n'.join(diffs[:30])
-    assert sorted(p.name for p in (ws/'skills').iterdir()) == sorted(p.name for p in (ref/'skills').iterdir())  # no version made twice
+    # no version made twice
+    assert sorted(p.name for p in (ws/'skills').iterdir()) == sorted(p.name for p in (ref/'skills').iterdir())
 
 def test_telemetry_survives_kills(crashed, reference):
     ws, ref = crashed[0], reference[0]

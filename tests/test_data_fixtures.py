@@ -1,10 +1,12 @@
-"The committed fixtures load in every format, agree with each other and with values written out here, and match their generator."
+("The committed fixtures load in every format, agree with each other and with values written out here, "
+ "and match their generator.")
 import runpy
 from pathlib import Path
 import polars as pl
 import pytest
-from treetrm.data import (TASK_TYPES, Question, load_questions, load_tree, load_trees, build_units, unit_correct,
-                          option_letters, option_of, option_text, node_summary, node_text)
+from treetrm.data import (TASK_TYPES, Question, load_questions, build_units, unit_correct, option_letters, option_of,
+                          option_text)
+from treetrm.trees import load_tree, load_trees, node_summary, node_text
 
 FIXTURES = Path(__file__).resolve().parents[1]/'data'/'fixtures'
 VIDEOS = {'kT3vQx9LmPa': '001', 'Zp8rW2nHcYe': '002', 'b4QeLm7TsVu': '003'}
@@ -32,13 +34,15 @@ def test_hf_parquet_matches_hand_written_values(hf):
     got = {q.question_id: (q.task_type, q.answer, option_text(option_of(q, q.answer))) for q in hf}
     assert got == EXPECTED
     assert all(q.task_type in TASK_TYPES for q in hf)
-    assert all(option_letters(q) == ('A', 'B', 'C', 'D') and [o[:3] for o in q.options] == ['A. ', 'B. ', 'C. ', 'D. '] for q in hf)
+    assert all(option_letters(q) == ('A', 'B', 'C', 'D') and [o[:3] for o in q.options] == ['A. ', 'B. ', 'C. ', 'D. ']
+               for q in hf)
 
 def test_hf_parquet_keeps_both_video_ids(hf):
     assert {q.video_id: q.video_number for q in hf} == VIDEOS
     q = hf[0]
     assert q == Question('001-1', 'kT3vQx9LmPa', 'Counting Problem', 'How many eggs does the cook crack into the bowl?',
-                         ('A. 2', 'B. 3', 'C. 4', 'D. 6'), 'B', duration='short', domain='Life Record', sub_category='Cooking', video_number='001')
+                         ('A. 2', 'B. 3', 'C. 4', 'D. 6'), 'B', duration='short', domain='Life Record',
+                         sub_category='Cooking', video_number='001')
 
 def test_parquet_equals_json_and_the_raw_table(hf):
     assert load_questions(FIXTURES/'videomme_hf.json') == hf
@@ -74,7 +78,8 @@ def test_trees_load_and_cover_the_questions(hf):
 def test_fixtures_match_their_generator(tmp_path):
     runpy.run_path(str(FIXTURES/'make_fixtures.py'), run_name='fixtures')['main'](tmp_path)
     made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob('*') if p.is_file())
-    committed = sorted(p.relative_to(FIXTURES) for p in FIXTURES.rglob('*') if p.is_file() and p.name != 'make_fixtures.py' and '__pycache__' not in p.parts)
+    committed = sorted(p.relative_to(FIXTURES) for p in FIXTURES.rglob('*')
+                       if p.is_file() and p.name != 'make_fixtures.py' and '__pycache__' not in p.parts)
     assert made == committed
     for rel in made:
         if rel.suffix == '.parquet': assert pl.read_parquet(tmp_path/rel).equals(pl.read_parquet(FIXTURES/rel)), rel

@@ -1,4 +1,6 @@
-"One role over three sim servers (real HTTP), one of them failing every request: every question is answered exactly as one healthy server answers it, the failing endpoint's breaker opens, and telemetry says which endpoint answered each call."
+("One role over three sim servers (real HTTP), one of them failing every request: "
+ "every question is answered exactly as one healthy server answers it, the failing endpoint's breaker opens, "
+ "and telemetry says which endpoint answered each call.")
 import asyncio, contextlib, json
 
 from treetrm.llm.backends import EndpointPool, make_providers

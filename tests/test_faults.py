@@ -22,7 +22,8 @@ from treetrm.sim.roles import make_role
 from treetrm.sim.server import FAULT_KINDS, Faults, serve
 from treetrm.agent.skills import skill_file
 from treetrm.log import TrainRunId
-from treetrm.train.validate import inference_evaluator, materialise_candidate, validate_skills_concurrent
+from treetrm.train.evaluators import inference_evaluator
+from treetrm.train.validate import materialise_candidate, validate_skills_concurrent
 
 SKILLS = project_root()/'prompts'/'skills'
 KEY = 'sk-faults-test-0123456789'
@@ -39,10 +40,12 @@ BOUND_S = 120  # no run may take longer: a hang fails the test instead of hangin
 
 def mixed(rate:float, seed:int=3) -> Faults:
     "The five fault kinds in equal shares, `rate` in all."
-    return Faults(**{f'rate_{k}': rate / len(FAULT_KINDS) for k in FAULT_KINDS}, retry_after_s=0.02, hang_s=HANG_S, seed=seed)
+    return Faults(**{f'rate_{k}': rate / len(FAULT_KINDS) for k in FAULT_KINDS}, retry_after_s=0.02, hang_s=HANG_S,
+                  seed=seed)
 
 def provider(server, model:str, log:HarnessLog|None=None, run_id:str='faults', **kw) -> OpenAIProvider:
-    cfg = RoleConfig(model, server.base_url, api_key=KEY, role='judge' if model == 'sim-judge' else 'agent', **{**FAST, **kw})
+    cfg = RoleConfig(model, server.base_url, api_key=KEY, role='judge' if model == 'sim-judge' else 'agent',
+                     **{**FAST, **kw})
     return OpenAIProvider(cfg, telemetry=None if log is None else log.record_llm_call, run_id=run_id)
 
 async def closing(p:OpenAIProvider, coro):
@@ -58,12 +61,13 @@ def world(tmp_path_factory):
 def questions(world): return load_questions(world/'questions.jsonl')
 
 async def infer(questions, world, prov, log, run_id='infer', **kw):
-    return await run_inference(questions, trees_dir=world/'trees', provider=prov, log=log, run_id=run_id, skills_dir=SKILLS,
-                               concurrency=16, progress=False, **kw)
+    return await run_inference(questions, trees_dir=world/'trees', provider=prov, log=log, run_id=run_id,
+                               skills_dir=SKILLS, concurrency=16, progress=False, **kw)
 
 @pytest.fixture(scope='module')
 def clean(world, questions, tmp_path_factory):
-    "The fault-free reference: the same runs with the in-process sim agent (identical to HTTP, see test_http_equivalence)."
+    ("The fault-free reference: the same runs with the in-process sim agent (identical to HTTP, "
+     "see test_http_equivalence).")
     log = HarnessLog(tmp_path_factory.mktemp('clean')/'harness.db')
     asyncio.run(infer(questions, world, SimAgent(world), log))
     yield log
@@ -79,7 +83,9 @@ def test_inference_under_faults(rate, world, questions, clean, tmp_path):
     log = HarnessLog(tmp_path/'harness.db')
     with serve(faults=mixed(rate), world_dir=world) as srv:
         p = provider(srv, 'sim-agent', log)
-        t0 = time.monotonic(); res = asyncio.run(closing(p, infer(questions, world, p, log))); took = time.monotonic() - t0
+        t0 = time.monotonic()
+        res = asyncio.run(closing(p, infer(questions, world, p, log)))
+        took = time.monotonic() - t0
         stats = srv.stats
     got, ref = log.predictions('infer'), clean.predictions('infer')
     calls, traces = log.frame('llm_calls'), result_traces(log, 'infer')
@@ -99,8 +105,10 @@ def test_inference_under_faults(rate, world, questions, clean, tmp_path):
     # a question the endpoint failed is INFRA: stop reason 'error', no prediction, the InfraError kept
     infra = both.filter(pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)))
     assert set(infra['stop_reason']) <= {'error'} and infra['prediction'].null_count() == infra.height
-    errors = traces.filter(pl.col('question_id').is_in(infra['question_id'].to_list()))['content'].map_elements(lambda c: json.loads(c)['error'], return_dtype=pl.String)
-    assert all(e.startswith('InfraError') and 'LLM call failed' in e or 'circuit breaker' in e for e in errors), errors.to_list()
+    errors = traces.filter(pl.col('question_id').is_in(infra['question_id'].to_list()))['content'].map_elements(
+        lambda c: json.loads(c)['error'], return_dtype=pl.String)
+    assert all(e.startswith('InfraError') and 'LLM call failed' in e or 'circuit breaker' in e
+               for e in errors), errors.to_list()
     assert res.infra_count == infra.height
     # telemetry accounts for every HTTP request the server saw; an attempt can also die before the server counts it
     # (a client timeout or refused connect on a loaded machine), so attempts may exceed, never fall short of, requests.
@@ -110,7 +118,8 @@ def test_inference_under_faults(rate, world, questions, clean, tmp_path):
     assert not any(KEY in str(v) for v in calls.to_dicts())
     if rate == 0.6: assert infra.height >= len(questions) // 10  # p(call fails for good) ~ 8%, ~7 calls per question
     if rate == 0.1: assert infra.height <= 2
-    print(f'\n[faults] inference rate={rate}: questions={len(questions)} infra={infra.height} requests={stats["requests"]} '
+    print(f'\n[faults] inference rate={rate}: questions={len(questions)} infra={infra.height} '
+          f'requests={stats["requests"]} '
           f'faults={ {k: stats[k] for k in FAULT_KINDS} } wall={took:.1f}s')
 
 # ---------------------------------------------------------------- diagnosis
@@ -126,9 +135,11 @@ def test_diagnosis_under_faults(rate, world, questions, clean, clean_diagnosis, 
     log.insert('predictions', clean.predictions('infer'))  # the clean baseline; only the judge sees faults
     with serve(faults=mixed(rate, seed=5), world_dir=world) as srv:
         judge = provider(srv, 'sim-judge', log, concurrency=8)
-        res = asyncio.run(closing(judge, diagnose(questions, log=log, baseline_run_id='infer', judge=judge, skills_dir=SKILLS, concurrency=8)))
+        res = asyncio.run(closing(judge, diagnose(questions, log=log, baseline_run_id='infer', judge=judge,
+                                                  skills_dir=SKILLS, concurrency=8)))
         stats = srv.stats
-    calls = log.frame('llm_calls'); log.close()
+    calls = log.frame('llm_calls')
+    log.close()
     sig, ref = res.signals, clean_diagnosis
     wrong = clean.predictions('infer').filter(~pl.col('correct'))
     # exactly one signal per wrong answer, as in the clean run
@@ -141,11 +152,15 @@ def test_diagnosis_under_faults(rate, world, questions, clean, clean_diagnosis, 
     assert failed.height == calls.filter(pl.col('status') != 'ok').height == res.n_degraded
     # every diagnosis that did come back is the clean one
     ok = both.filter(~pl.col('degraded'))
-    for col in ('tier', 'error_type', 'evolution_target', 'infra'): assert (ok[col].eq_missing(ok[f'{col}_clean'])).all(), col
+    for col in ('tier', 'error_type', 'evolution_target', 'infra'):
+        assert (ok[col].eq_missing(ok[f'{col}_clean'])).all(), col
     assert stats['requests'] <= calls['attempt'].sum() <= 1.1 * stats['requests']
-    # the faults reached the judge in several kinds (about 40 requests: at 30% a kind may be drawn no time, at 60% none is missed)
-    assert sum(stats[k] > 0 for k in FAULT_KINDS) >= {0.1: 1, 0.3: 3}.get(rate, len(FAULT_KINDS)), {k: stats[k] for k in FAULT_KINDS}
-    print(f'\n[faults] diagnosis rate={rate}: wrong={wrong.height} degraded={failed.height} requests={stats["requests"]}')
+    # the faults reached the judge in several kinds (about 40 requests: at 30% a kind may be drawn no time,
+    # at 60% none is missed)
+    assert (sum(stats[k] > 0 for k in FAULT_KINDS)
+            >= {0.1: 1, 0.3: 3}.get(rate, len(FAULT_KINDS))), {k: stats[k] for k in FAULT_KINDS}
+    print(f'\n[faults] diagnosis rate={rate}: wrong={wrong.height} degraded={failed.height} '
+          f'requests={stats["requests"]}')
 
 # ---------------------------------------------------------------- gate round
 
@@ -157,7 +172,8 @@ def gate_setup(world, tmp_path_factory):
     planted, units = read_json(world/'world.json')['task_types'], build_units(load_questions(world/'questions.jsonl'))
     def rule_edit(tt, kind):
         r = next(r for r in planted[tt]['rules'] if r['kind'] == kind)
-        return {'target': skill_file(tt), 'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': '- ' + r['text']}], 'rationale': kind}
+        return {'target': skill_file(tt), 'ops': [{'op': 'append_to_section', 'section': 'Strategy',
+                                                   'text': '- ' + r['text']}], 'rationale': kind}
     cands = {tt: rule_edit(tt, kind) for tt, kind in CANDIDATES.items()}
     ladders = {tt: Ladder(tt, [u.unit_id for u in units if u.task_type == tt], 'cold') for tt in cands}
     root = tmp_path_factory.mktemp('gate')
@@ -166,27 +182,32 @@ def gate_setup(world, tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def gate_truth(world, gate_setup):
-    "Per (task type, arm): question_id -> correct of the clean agent, with the run ids the gate uses (same sampling seeds)."
+    ("Per (task type, arm): question_id -> correct of the clean agent, "
+     "with the run ids the gate uses (same sampling seeds).")
     cands, ladders, units, root = gate_setup
     log, truth = HarnessLog(root/'truth.db'), {}
     for tt, edit in cands.items():
         qs = [q for u in units if u.task_type == tt for q in u.questions]
-        for arm, d in (('base', root/'skills'/'v1'), ('cand', materialise_candidate(root/'skills'/'v1', edit, root/'truth'/skill_file(tt)))):
+        for arm, d in (('base', root/'skills'/'v1'),
+                       ('cand', materialise_candidate(root/'skills'/'v1', edit, root/'truth'/skill_file(tt)))):
             rid = TrainRunId(RUN).gate_arm(GATE, tt, arm)
-            asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=SimAgent(world), log=log, run_id=rid, skills_dir=d,
-                                      kind='gate', progress=False))
+            asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=SimAgent(world), log=log, run_id=rid,
+                                      skills_dir=d, kind='gate', progress=False))
             truth[tt, arm] = dict(log.predictions(rid).select('question_id', 'correct').iter_rows())
     log.close()
     return truth
 
 async def gate_round(world, gate_setup, prov, log):
     cands, ladders, units, root = gate_setup
-    return await validate_skills_concurrent(cands, ladders=ladders, units=units, base_skills_dir=root/'skills'/'v1', concurrency=16,
-                                            evaluate=inference_evaluator(log, run_id=RUN, gate_id=GATE, trees_dir=world/'trees', provider=prov),
+    return await validate_skills_concurrent(cands, ladders=ladders, units=units, base_skills_dir=root/'skills'/'v1',
+                                            concurrency=16,
+                                            evaluate=inference_evaluator(log, run_id=RUN, gate_id=GATE,
+                                                                         trees_dir=world/'trees', provider=prov),
                                             run_id=RUN, gate_id=GATE, prompts_version='p1', log=log, workspace=root)
 
 def arm_stops(log:HarnessLog, tt:str, arm:str) -> dict:
-    return dict(log.predictions(TrainRunId(RUN).gate_arm(GATE, tt, arm)).select('question_id', 'stop_reason').iter_rows())
+    return dict(log.predictions(TrainRunId(RUN).gate_arm(GATE, tt, arm))
+                .select('question_id', 'stop_reason').iter_rows())
 
 def check_round(out, log, truth):
     "Excluded units are exactly those with an INFRA arm; paired units carry the clean outcomes; W/L add up."
@@ -195,15 +216,18 @@ def check_round(out, log, truth):
         infra = {u for u in o.base if base.get(u) in INFRA_STOP_REASONS or cand.get(u) in INFRA_STOP_REASONS}
         assert o.n_excluded == len(infra) and set(o.paired) == set(o.base) - infra
         for u, (b, c) in o.paired.items(): assert (b, c) == (truth[tt, 'base'][u], truth[tt, 'cand'][u]), (tt, u)
-        assert (o.w, o.l) == (sum((not b) and c for b, c in o.paired.values()), sum(b and not c for b, c in o.paired.values()))
+        assert (o.w, o.l) == (sum((not b) and c for b, c in o.paired.values()),
+                              sum(b and not c for b, c in o.paired.values()))
         for row in o.evidence:
-            if row['unit_id'] in infra: assert None in (row['base_correct'], row['cand_correct']) and row['w'] + row['l'] <= row['n_used']
+            if row['unit_id'] in infra:
+                assert None in (row['base_correct'], row['cand_correct']) and row['w'] + row['l'] <= row['n_used']
     return {tt: o.n_excluded for tt, o in out.items()}
 
 @pytest.fixture(scope='module')
 def clean_round(world, gate_setup):
     log = HarnessLog(gate_setup[3]/'clean_round.db')
-    out = asyncio.run(gate_round(world, gate_setup, SimAgent(world), log)); log.close()
+    out = asyncio.run(gate_round(world, gate_setup, SimAgent(world), log))
+    log.close()
     return {tt: (o.decision, o.w, o.l, o.n_used) for tt, o in out.items()}
 
 @pytest.mark.parametrize('rate', RATES)
@@ -220,10 +244,13 @@ def test_gate_round_under_faults(rate, world, gate_setup, gate_truth, clean_roun
         assert err is None, err
         excluded = check_round(out, log, gate_truth)
         assert log.frame('gate_evidence', RUN).height == sum(len(o.evidence) for o in out.values())
-        print(f'\n[faults] gate rate={rate}: decisions={ {tt: o.decision for tt, o in out.items()} } excluded={excluded} requests={stats["requests"]}')
-        log.close(); return
+        print(f'\n[faults] gate rate={rate}: decisions={ {tt: o.decision for tt, o in out.items()} } '
+              f'excluded={excluded} requests={stats["requests"]}')
+        log.close()
+        return
     # above the guard threshold: a clear abort, nothing decided, nothing written to gate_evidence
-    assert err is not None and 'gate round aborted' in str(err) and 'gate_guard_err=0.2' in str(err) and f'gate_id={GATE}' in str(err)
+    assert (err is not None and 'gate round aborted' in str(err) and 'gate_guard_err=0.2' in str(err)
+            and f'gate_id={GATE}' in str(err))
     assert 'resume' in str(err) and KEY not in str(err)
     assert log.frame('gate_evidence').height == 0 and log.frame('shadow_gate').height == 0
     print(f'\n[faults] gate rate={rate}: aborted ({str(err).split(";")[0]}) requests={stats["requests"]}')
@@ -248,22 +275,28 @@ def test_full_outage_opens_breaker_and_stops_fast(kind, world, questions, gate_s
     if kind == 'down': srv.close()  # nothing listens on the port any more: connection refused
     try:
         p = provider(srv, 'sim-agent', log, **OUTAGE_PROVIDER)
-        t0 = time.monotonic(); res = asyncio.run(closing(p, infer(questions, world, p, log))); took = time.monotonic() - t0
+        t0 = time.monotonic()
+        res = asyncio.run(closing(p, infer(questions, world, p, log)))
+        took = time.monotonic() - t0
         requests, state = srv.stats['requests'], p.breaker.state
         p2 = provider(srv, 'sim-agent', log, **OUTAGE_PROVIDER)
         t1 = time.monotonic()
-        with pytest.raises(InfraError, match='gate round aborted'): asyncio.run(closing(p2, gate_round(world, gate_setup, p2, log)))
+        with pytest.raises(InfraError, match='gate round aborted'):
+            asyncio.run(closing(p2, gate_round(world, gate_setup, p2, log)))
         gate_took = time.monotonic() - t1
     finally: srv.close()
-    calls = log.frame('llm_calls', 'faults'); log.close()
+    calls = log.frame('llm_calls', 'faults')
+    log.close()
     assert res.n == len(questions) and res.stop_reason_counts == {'error': len(questions)}
     assert state == 'open' and calls.filter(pl.col('status') == 'breaker_open').height > 0
     # only the calls in flight before the breaker opened reached the endpoint: far fewer than questions x attempts
-    assert requests <= (FAST['concurrency'] + 3) * (FAST['max_retries'] + 1) < len(questions) * (FAST['max_retries'] + 1)
+    assert (requests <= (FAST['concurrency'] + 3) * (FAST['max_retries'] + 1)
+            < len(questions) * (FAST['max_retries'] + 1))
     # stops fast: one round of in-flight calls spending their retries, then fail-fast for everything else. The request
     # count above shows it; the wall time is only printed (it depends on how busy the machine is)
     assert not (gate_setup[3]/'tmp'/'candidates'/GATE).exists()
-    print(f'\n[faults] outage {kind}: {len(questions)} questions -> all error in {took:.2f}s, {requests} requests; gate abort in {gate_took:.2f}s')
+    print(f'\n[faults] outage {kind}: {len(questions)} questions -> all error in {took:.2f}s, {requests} requests; '
+          f'gate abort in {gate_took:.2f}s')
 
 # ---------------------------------------------------------------- training through an outage
 
@@ -279,9 +312,12 @@ def test_training_resumes_after_an_infra_abort(tmp_path):
     world = make_world(tmp_path/'world', seed=2, n_videos=8)
     agent = Outage(SimAgent(world))
     r = Runner(tmp_path/'ws', data_dir=world, progress=False, concurrency=8,
-               providers={'agent': agent, 'judge': make_role('sim-judge', world), 'evolver': make_role('sim-evolver', world)},
-               config=dict(epochs=1, min_ladder_units=3, ladder_cap=12, batch=dict(batch_size=8, min_class=2, correct_ratio=0.2), gate=dict(min_n=5)),
-               split_config=dict(seed=0, test_ratio=0.3, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.5, val_wrong_min=2))
+               providers={'agent': agent, 'judge': make_role('sim-judge', world),
+                          'evolver': make_role('sim-evolver', world)},
+               config=dict(epochs=1, min_ladder_units=3, ladder_cap=12,
+                           batch=dict(batch_size=8, min_class=2, correct_ratio=0.2), gate=dict(min_n=5)),
+               split_config=dict(seed=0, test_ratio=0.3, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.5,
+                                 val_wrong_min=2))
     try:
         asyncio.run(r.split())
         agent.down = True

@@ -9,7 +9,7 @@ import pytest
 
 from treetrm.build.builder import BuildParams, build_trees, forecast_build
 from treetrm.core import ConfigError, project_root
-from treetrm.data import load_tree
+from treetrm.trees import load_tree
 from treetrm.llm.config import load_role_config
 from treetrm.train.run import forecast_usage
 from treetrm.build.video import Shot, make_synthetic_videos, synthetic_shots, write_synthetic_video

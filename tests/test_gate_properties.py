@@ -1,13 +1,14 @@
-"Property tests of the gate: monotonicity, exact futility, symmetry, tie invariance, McNemar implication, stability, bad input."
+("Property tests of the gate: monotonicity, exact futility, symmetry, tie invariance, McNemar implication, stability, "
+ "bad input.")
 import math
 from fractions import Fraction
 import numpy as np
 import pytest
 from hypothesis import given, settings, assume, strategies as st
 from treetrm.core import ConfigError, TreeTrmError
-from treetrm.gate.decision import (GateParams, GateInputError, gate_decision, e_value_plus, e_value_minus, log_e_value_plus,
-                          log_e_value_minus, mcnemar_exact_one_sided, pair_block, classify_quadrants, DECISION_RANK,
-                          RULE_DECISIONS, EXIT_INDEX)
+from treetrm.gate.decision import (GateParams, GateInputError, e_value_plus, e_value_minus, log_e_value_plus,
+                                   log_e_value_minus, mcnemar_exact_one_sided, pair_block, classify_quadrants)
+from treetrm.gate.exits import gate_decision, DECISION_RANK, RULE_DECISIONS, EXIT_INDEX
 from treetrm.gate.simulate import gate_tables, exit_from_tables
 
 LOG20 = math.log(20)
@@ -16,7 +17,8 @@ LOG20 = math.log(20)
 def states(draw, max_n=300, max_rem=300):
     "A valid gate state (w, l, n_used, n_remaining)."
     n = draw(st.integers(0, max_n))
-    w = draw(st.integers(0, n)); l = draw(st.integers(0, n - w))
+    w = draw(st.integers(0, n))
+    l = draw(st.integers(0, n - w))
     return w, l, n, draw(st.integers(0, max_rem))
 
 def rank(v): return DECISION_RANK[v.decision]
@@ -82,7 +84,8 @@ def best_reachable(log_ep, max_rem):
     best = [log_ep.copy()]
     for _ in range(max_rem):
         prev, b = best[-1], log_ep.copy()
-        b[:-1, :] = np.maximum(b[:-1, :], prev[1:, :]); b[:, :-1] = np.maximum(b[:, :-1], prev[:, 1:])
+        b[:-1, :] = np.maximum(b[:-1, :], prev[1:, :])
+        b[:, :-1] = np.maximum(b[:, :-1], prev[:, 1:])
         best.append(b)
     return np.stack(best)
 
@@ -99,7 +102,8 @@ def test_futility_exact_exhaustive():
         futile = exit_from_tables(t, wv, lv, n, rem, params) == EXIT_INDEX['unreachable']
         assert not (futile & (best[:, wv[0], lv[0]] >= LOG20)).any(), n
         assert (t.log_ep[wv + rem, lv][futile] < LOG20).all()
-        n_checked += futile.size; n_futile += futile.sum()
+        n_checked += futile.size
+        n_futile += futile.sum()
     assert n_checked > 30_000_000 and n_futile > 1_000_000
 
 @settings(deadline=None)
@@ -141,11 +145,14 @@ def test_ties_change_no_e_value(s, ties):
 @given(st.lists(st.sampled_from([(False, True), (True, False), (True, True), (False, False)]), max_size=60),
        st.integers(0, 30))
 def test_pair_block_ties_move_nothing(pairs, extra_ties):
-    base = {f'u{i}': b for i, (b, c) in enumerate(pairs)}; cand = {f'u{i}': c for i, (b, c) in enumerate(pairs)}
+    base = {f'u{i}': b for i, (b, c) in enumerate(pairs)}
+    cand = {f'u{i}': c for i, (b, c) in enumerate(pairs)}
     order = list(base)
     pb = pair_block(base, cand, order)
     assert (pb.w, pb.l) == (pairs.count((False, True)), pairs.count((True, False))) and pb.n_used == len(pairs)
-    for j in range(extra_ties): base[f't{j}'] = cand[f't{j}'] = bool(j % 2); order.append(f't{j}')
+    for j in range(extra_ties):
+        base[f't{j}'] = cand[f't{j}'] = bool(j % 2)
+        order.append(f't{j}')
     pt = pair_block(base, cand, order)
     assert (pt.w, pt.l, pt.ties) == (pb.w, pb.l, pb.ties + extra_ties)
     q = classify_quadrants(base, cand)
@@ -164,7 +171,8 @@ def test_confirmation_implies_mcnemar_exhaustive():
 @given(st.integers(0, 10_000), st.integers(0, 10_000), st.integers(0, 10_000))
 def test_no_nan_or_overflow(w, l, rem):
     v = gate_decision(w, l, w + l, rem)
-    assert all(math.isfinite(x) for x in (v.e_value, v.e_value_harm, v.delta_hat, v.delta_shrunk, v.log_e_value, v.log_e_value_harm))
+    assert all(math.isfinite(x) for x in (v.e_value, v.e_value_harm, v.delta_hat, v.delta_shrunk, v.log_e_value,
+                                          v.log_e_value_harm))
     assert v == gate_decision(w, l, w + l, rem)   # deterministic
 
 # --- bad input -----------------------------------------------------------------------------------------------------

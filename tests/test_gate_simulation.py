@@ -5,12 +5,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from scipy import special, stats
-from treetrm.gate.decision import (GateParams, e_value_plus, log_e_value_plus, log_e_value_futility, mcnemar_exact_one_sided,
-                          RULE_DECISIONS)
+from treetrm.gate.decision import (GateParams, e_value_plus, log_e_value_plus, log_e_value_futility,
+                                   mcnemar_exact_one_sided)
+from treetrm.gate.exits import RULE_DECISIONS
 from treetrm.gate.simulate import (simulate_ladders, run_rules, summarise_rules, gate_paths,
                               gate_outcome_distribution, distribution_summary, ville_crossing_probability,
                               fixed_n_power, fixed_n_power_n, q_for_gain, REFERENCE)
-from treetrm.gate.decision import ALPHA_DIAL, gate_at_alpha
+from treetrm.gate.planning import ALPHA_DIAL, gate_at_alpha
 from treetrm.train.config import DEFAULT_GATE
 
 N = 20_000
@@ -25,8 +26,8 @@ def rates(outcomes, params=GateParams()):
 
 # --- a second, independent way to the exact figures ------------------------------------------------------------------
 # Nothing below calls the library's DP, its tables, GATE_EXITS or its e-values: E+ and E_fut come from closed forms
-# (binomial tails), the gate's exits are written out from their table in nbs/gate/00_decision.ipynb, and the Ville bound and
-# the McNemar critical values are counted in integers.
+# (binomial tails), the gate's exits are written out from their table in nbs/gate/00a_exits.ipynb, and the Ville bound
+# and the McNemar critical values are counted in integers.
 
 def log_e_plus_closed(w, l):
     "log E+(W, L), uniform prior on q in [1/2, 1]: E+ = 2^(n+1) P(Bin(n+1, 1/2) <= W) / ((n+1) C(n, W)), n = W + L."
@@ -172,7 +173,8 @@ def test_heterogeneous_null_within_alpha():
     "Per-unit discordance and q <= 1/2 varying along the ladder (a fixed pool of units of mixed difficulty)."
     rng = np.random.default_rng(7)
     cap = 240
-    d = rng.uniform(0.05, 0.7, cap); q = rng.uniform(0.2, 0.5, cap)
+    d = rng.uniform(0.05, 0.7, cap)
+    q = rng.uniform(0.2, 0.5, cap)
     q[:40] = 0.5   # the head of the ladder is exactly null, the rest leans harmful
     r, _ = rates(simulate_ladders(N, cap, d, q, rng))
     assert r['accept_confirmed'] <= BOUND, r
@@ -201,7 +203,8 @@ def test_ville_dp_matches_path_enumeration():
     "The DP agrees with brute force over all 2^n fair flip paths (n = 16)."
     n, thr = 16, 5.0
     paths = np.array(list(itertools.product((1, 0), repeat=n)))
-    w = np.cumsum(paths, axis=1); l = np.arange(1, n + 1) - w
+    w = np.cumsum(paths, axis=1)
+    l = np.arange(1, n + 1) - w
     table = e_value_plus(np.arange(n + 1)[:, None], np.arange(n + 1)[None, :])
     hits = (table[w, l] >= thr).any(axis=1).mean()
     assert 0 < hits < 1
@@ -287,25 +290,30 @@ def test_reference_figures_are_the_exact_values():
     assert [r for r, _, _ in got] == [round(x, k) for _, x, k in got], got
 
 # --- the cap-calibrated threshold (issue: known-cap thresholds) -----------------------------------------------------
-from treetrm.gate.decision import calibrated_threshold, round_cap, min_effect_q_for
+from treetrm.gate.decision import calibrated_threshold, round_cap
+from treetrm.gate.planning import min_effect_q_for
 
-CAPS = [60, 120, 240, 480, 900]   # 60 and 300 validation units with the gate's pass, and with two fresh probation rounds
+# 60 and 300 validation units with the gate's pass, and with two fresh probation rounds
+CAPS = [60, 120, 240, 480, 900]
 
 @pytest.mark.parametrize('cap', CAPS)
 def test_calibrated_null_false_confirm_within_alpha(cap):
-    "The whole gate (every exit, min_n, provisional, futility at the pool's q1) on null ladders, confirming at the threshold calibrated to the cap."
+    ("The whole gate (every exit, min_n, provisional, futility at the pool's q1) on null ladders, "
+     "confirming at the threshold calibrated to the cap.")
     rng = np.random.default_rng(cap)
     n = N if cap <= 240 else N // 4   # long ladders cost more; the bound widens with fewer runs
     bound = ALPHA + 3*math.sqrt(ALPHA*(1 - ALPHA)/n)
     p = GateParams(evidence_cap=cap)
     p = GateParams(evidence_cap=cap, min_effect_q=min_effect_q_for(p, cap, 0.3))
-    for d in (1.0, 0.3):   # every unit discordant (the worst case the threshold is calibrated for), and a realistic rate
+    # every unit discordant (the worst case the threshold is calibrated for), and a realistic rate
+    for d in (1.0, 0.3):
         r, _ = rates(simulate_ladders(n, cap, d, 0.5, rng), p)
         assert r['accept_confirmed'] <= bound, (cap, d, r)
     assert calibrated_threshold(cap) < 20
 
 def test_calibrated_threshold_is_exact_at_the_worst_case():
-    "With every unit discordant and q = 1/2, crossings of the calibrated threshold happen at a rate within 3 SE of the DP's."
+    ("With every unit discordant and q = 1/2, crossings of the calibrated threshold happen at a rate within 3 SE of "
+     "the DP's.")
     cap, rng = 240, np.random.default_rng(5)
     c = calibrated_threshold(cap)
     exact = ville_crossing_probability(cap, threshold=c)
@@ -331,7 +339,8 @@ def test_repeated_draw_null_within_alpha(n_units, rounds, alpha_final):
     for k in range(1 + rounds):
         a, b = rng.random((n_sims, n_units)) < p, rng.random((n_sims, n_units)) < p
         for j in range(n_units):
-            w += ~a[:, j] & b[:, j]; l += a[:, j] & ~b[:, j]
+            w += ~a[:, j] & b[:, j]
+            l += a[:, j] & ~b[:, j]
             hit |= table[w, l] >= log_c - 1e-12
         if k == 0 and alpha_final:   # the one look at the gate's ladder end, on the gate's own counts
             hit |= mcnemar_exact_one_sided(w, l) <= alpha_final

@@ -12,8 +12,9 @@ NBS = project_root()/'nbs'
 
 def test_dspy_example_runs_offline(tmp_path):
     out = tmp_path/'summary.json'
-    pm.execute_notebook(str(NBS/'examples'/'dspy_gepa.ipynb'), str(tmp_path/'dspy_gepa.ipynb'), parameters=dict(out=str(out)),
-                        kernel_name='python3', cwd=str(NBS/'examples'), progress_bar=False)
+    pm.execute_notebook(str(NBS/'examples'/'dspy_gepa.ipynb'), str(tmp_path/'dspy_gepa.ipynb'),
+                        parameters=dict(out=str(out)), kernel_name='python3', cwd=str(NBS/'examples'),
+                        progress_bar=False)
     s = json.loads(out.read_text())
     plain, gated = s['plain'], s['gated']
     # the seeded stand-in is fixed, so these are facts of this run, each with its reason:

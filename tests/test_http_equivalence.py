@@ -1,4 +1,5 @@
-"The same inference through OpenAIProvider over real HTTP to the sim server gives exactly what the in-process SimAgent gives."
+("The same inference through OpenAIProvider over real HTTP to the sim server gives exactly what the in-process "
+ "SimAgent gives.")
 import asyncio, json
 import polars as pl
 from treetrm.bench.throughput import config_rules, skills_with_rules
@@ -15,7 +16,8 @@ from treetrm.sim.server import serve
 DEMO = ensure_demo_world()
 
 def mixed_skills(tmp_path):
-    "Seed skills with the helpful rules of some task types and a trap rule of the others, so rule-driven paths are exercised."
+    ("Seed skills with the helpful rules of some task types and a trap rule of the others, "
+     "so rule-driven paths are exercised.")
     world, helpful, trap = load_world(), config_rules(load_world(), 'helpful'), config_rules(load_world(), 'trap')
     rules = {tt: (helpful if i % 2 else trap)[tt] for i, tt in enumerate(world['task_types'])}
     return skills_with_rules(project_root()/'prompts'/'skills', tmp_path/'skills', rules)
@@ -33,14 +35,16 @@ def test_http_matches_in_process(tmp_path):
     log, http_log = HarnessLog(tmp_path/'local.db'), HarnessLog(tmp_path/'http.db')
     local, local_replies = asyncio.run(infer(SimAgent(DEMO, seed=0), log, 'equiv', questions, skills))
     with serve(world_dir=DEMO, seed=0) as srv:
-        env = {'TREETRM_AGENT_MODEL': 'sim-agent', 'TREETRM_AGENT_BASE_URL': srv.base_url, 'TREETRM_AGENT_API_KEY': 'sk-dummy'}
+        env = {'TREETRM_AGENT_MODEL': 'sim-agent', 'TREETRM_AGENT_BASE_URL': srv.base_url,
+               'TREETRM_AGENT_API_KEY': 'sk-dummy'}
         provider = OpenAIProvider(load_role_config('agent', env=env))
         async def go():
             try: return await infer(provider, http_log, 'equiv', questions, skills)
             finally: await provider.aclose()
         remote, remote_replies = asyncio.run(go())
         requests = srv.stats['requests']
-    log.close(); http_log.close()
+    log.close()
+    http_log.close()
     assert local.height == len(questions) and set(local['stop_reason']) == {'finished'}
     assert local['prediction'].n_unique() > 1 and local['steps_used'].n_unique() > 3  # a real mix of answers and paths
     assert remote.drop('tokens').equals(local.drop('tokens'))

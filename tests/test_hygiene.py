@@ -10,7 +10,8 @@ STAGE = {'split.ipynb', 'train.ipynb', 'eval.ipynb', 'build.ipynb'}
 def cells(nb_path): return json.loads(nb_path.read_text())['cells']
 def all_notebooks(): return sorted(p for p in NBS.rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)
 def is_stage(p):
-    "A stage, benchmark or example notebook (library notebooks are numbered: nbs/bench/02_loop.ipynb is the benchmark's code)."
+    ("A stage, benchmark or example notebook (library notebooks are numbered: "
+     "nbs/bench/02_loop.ipynb is the benchmark's code).")
     return p.name in STAGE or p.parent.name in ('bench', 'examples') and not p.name[0].isdigit()
 
 def test_library_notebooks_export_a_module():
@@ -28,7 +29,8 @@ def test_no_asyncio_run(nb):
 @pytest.mark.parametrize('nb', all_notebooks(), ids=lambda p: p.name)
 def test_no_committed_outputs(nb):
     "A committed output would have to be what the code prints today: none are kept, so none can go stale (issue 36)."
-    kept = [k for k, c in enumerate(cells(nb)) if c['cell_type'] == 'code' and (c.get('outputs') or c.get('execution_count'))]
+    kept = [k for k, c in enumerate(cells(nb))
+            if c['cell_type'] == 'code' and (c.get('outputs') or c.get('execution_count'))]
     assert not kept, f'{nb.name}: cells {kept} hold outputs; clear them (Jupyter: Edit > Clear Outputs of All Cells)'
 
 def stage_notebooks(): return [p for p in all_notebooks() if is_stage(p)]
@@ -36,7 +38,8 @@ def stage_notebooks(): return [p for p in all_notebooks() if is_stage(p)]
 @pytest.mark.parametrize('nb', stage_notebooks(), ids=lambda p: p.name)
 def test_stage_notebook_shape(nb):
     cs = cells(nb)
-    assert cs[0]['cell_type'] == 'raw' and 'skip_exec: true' in ''.join(cs[0]['source']), f'{nb.name}: first cell must be raw skip_exec front matter'
+    assert cs[0]['cell_type'] == 'raw' and 'skip_exec: true' in ''.join(cs[0]['source']), (
+        f'{nb.name}: first cell must be raw skip_exec front matter')
     tagged = [c for c in cs if 'parameters' in c.get('metadata', {}).get('tags', [])]
     assert len(tagged) == 1, f'{nb.name}: exactly one cell tagged `parameters`'
     assert not any(c.get('outputs') for c in cs if c['cell_type'] == 'code'), f'{nb.name}: commit without outputs'
@@ -47,9 +50,10 @@ def test_stage_notebook_shape(nb):
 import ast, io, re, tokenize
 
 PKG = ROOT/'treetrm'
-# The layers, lowest first: a top-level module or a subpackage (whose modules follow their notebooks' order in nbs/<pkg>/).
-UNITS = ('core', 'data', 'log', 'executors', 'llm', 'build', 'sim', 'agent', 'gate', 'integrations', 'report', 'train',
-         'bench', 'cli', '__main__', '__init__')
+# The layers, lowest first: a top-level module or a subpackage
+# (whose modules follow their notebooks' order in nbs/<pkg>/).
+UNITS = ('core', 'data', 'trees', 'log_schema', 'log', 'executors', 'figures', 'intervals', 'llm', 'build', 'sim',
+         'agent', 'gate', 'integrations', 'report', 'train', 'bench', 'cli', '__main__', '__init__')
 SIM_SIDE = ('sim', 'bench')  # the simulator itself and the benchmarks may import it
 
 def library_notebooks():
@@ -90,29 +94,59 @@ def test_no_module_imports_upward():
     order = module_order()
     bad = [f'{m} ({nb}) imports {n} ({order[n][1]})' for m, (i, nb) in order.items()
            for n in treetrm_imports(module_path(m)) if n in order and order[n] > (i, nb)]
-    assert not bad, 'a module may import only lower layers and, in its own package, notebooks that sort before its own:\n' + '\n'.join(bad)
+    assert not bad, ('a module may import only lower layers and, in its own package, notebooks that sort before '
+                     'its own:\n' + '\n'.join(bad))
 
 def test_no_module_imports_an_old_name():
-    from treetrm import MOVED, PACKAGE_NAMES
+    "Inside treetrm every import names a module of this release (a notebook's module), never a 0.0.1 name (`HOMES`)."
     order = module_order()
-    bad = [f'{m} imports {n}' for m in order for n in treetrm_imports(module_path(m))
-           if n in MOVED or n not in order and n.split('.')[0] in PACKAGE_NAMES]
-    assert not bad, 'import the new module, never an old name (treetrm.MOVED):\n' + '\n'.join(bad)
+    bad = [f'{m} imports {n}' for m in order for n in treetrm_imports(module_path(m)) if n not in order]
+    assert not bad, 'import the module a name lives in now (treetrm.HOMES has the old names):\n' + '\n'.join(bad)
 
 def test_production_code_reaches_the_simulator_only_through_the_registry():
     order = module_order()
     sim = {m for m in order if m.startswith('sim.')}
     bad = [f'{m} imports {n}' for m in order if m.split('.')[0] not in SIM_SIDE for n in treetrm_imports(module_path(m))
            if n in sim]
-    assert sim and not bad, 'choose a backend with treetrm.llm.backends.make_providers, never by importing the simulator:\n' + '\n'.join(bad)
+    assert sim and not bad, ('choose a backend with treetrm.llm.backends.make_providers, never by importing the '
+                             'simulator:\n' + '\n'.join(bad))
 
-def test_no_library_module_over_700_lines():
-    sizes = {p.name: len(p.read_text().splitlines()) for p in PKG.rglob('*.py') if p.name != '_modidx.py'}
-    assert sizes and not {k: v for k, v in sizes.items() if v > 700}, {k: v for k, v in sizes.items() if v > 700}
+def library_files():
+    return sorted(p for p in PKG.rglob('*.py') if p.name != '_modidx.py' and '__pycache__' not in p.parts)
+
+def test_no_library_module_over_500_lines():
+    sizes = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in library_files()}
+    assert sizes and not {k: v for k, v in sizes.items() if v > 500}, {k: v for k, v in sizes.items() if v > 500}
+
+def test_no_function_over_40_lines():
+    "Counted from `def` to the function's last line (decorators excluded)."
+    long = [f'{p.relative_to(PKG)}: {n.name} ({n.end_lineno - n.lineno + 1} lines)' for p in library_files()
+            for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.end_lineno - n.lineno + 1 > 40]
+    assert not long, 'split these functions (at most 40 lines each):\n' + '\n'.join(long)
+
+def public_defs(body, owner=''):
+    "(qualified name, node) of the public functions, classes and methods in `body`."
+    for n in body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not n.name.startswith('_'):
+            yield owner + n.name, n
+            if isinstance(n, ast.ClassDef): yield from public_defs(n.body, f'{owner}{n.name}.')
+
+def test_every_public_name_says_what_it_promises():
+    bare = [f'{p.relative_to(PKG)}: {name}' for p in library_files()
+            for name, n in public_defs(ast.parse(p.read_text()).body) if not ast.get_docstring(n)]
+    assert not bare, 'give these a docstring (what it promises):\n' + '\n'.join(bare)
+
+def test_no_private_name_crosses_a_module():
+    crossing = [f'{p.relative_to(PKG)} imports {a.name}' for p in library_files()
+                for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ImportFrom)
+                for a in n.names if a.name.startswith('_') and not a.name.startswith('__')]
+    assert not crossing, 'make these public (a name, a docstring) or keep them in one module:\n' + '\n'.join(crossing)
 
 def semicolons(code):
     "Line numbers of `;` tokens (statements joined on one line) in `code`."
-    return [t.start[0] for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type == tokenize.OP and t.string == ';']
+    return [t.start[0] for t in tokenize.generate_tokens(io.StringIO(code).readline)
+            if t.type == tokenize.OP and t.string == ';']
 
 @pytest.mark.parametrize('nb', all_notebooks(), ids=lambda p: p.name)
 def test_one_statement_per_line_within_120_columns(nb):
@@ -124,3 +158,18 @@ def test_one_statement_per_line_within_120_columns(nb):
         joined += [f'cell {k}, line {n}' for n in semicolons(code)]
     assert not long, f'{nb.name}: lines over 120 columns:\n' + '\n'.join(long)
     assert not joined, f'{nb.name}: statements joined with ";":\n' + '\n'.join(joined)
+
+# The tests keep the same rules as the library (issue 36): one statement per line, at most 120 columns.
+TESTS = ROOT/'tests'
+
+def layout_problems(code):
+    "(line number, what is wrong) for each line over 120 columns and each `;` joining statements in `code`."
+    long = [(n, f'{len(l)} columns (at most 120)') for n, l in enumerate(code.split('\n'), 1) if len(l) > 120]
+    joined = [(n, 'statements joined with ";" (one statement per line)') for n in semicolons(code)]
+    return sorted(long + joined)
+
+@pytest.mark.parametrize('path', sorted(TESTS.glob('*.py')), ids=lambda p: p.name)
+def test_test_files_one_statement_per_line_within_120_columns(path):
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    bad = [f'{where}:{n}: {why}' for n, why in layout_problems(path.read_text())]
+    assert not bad, f'{where}: split joined statements and wrap long lines:\n' + '\n'.join(bad)

@@ -1,4 +1,5 @@
-"""run_inference survives SIGKILL: a rerun with the same run_id finishes the run, and no completed question is recomputed.
+"""run_inference survives SIGKILL: a rerun with the same run_id finishes the run, and no completed question is
+recomputed.
 
 The file is also the child process: `python test_inference_resume.py WORLD DB CALLS RUN_ID PHASE` runs inference over
 a small simulated world with `ViewThenAnswer`, a deterministic provider that appends one line per model call to CALLS.
@@ -17,15 +18,18 @@ class ViewThenAnswer:
     model = 'view-then-answer'
     def __init__(self, calls_file, phase): self.calls_file, self.phase = Path(calls_file), phase
     async def chat(self, messages, **kw):
-        from treetrm.llm.client import LLMResponse
+        from treetrm.llm.protocol import LLMResponse
         first = messages[1]['content']
         key = question_key(first)
         with open(self.calls_file, 'a') as f: f.write(f'{key}\t{self.phase}\t{len(messages)}\n')
         await asyncio.sleep(DELAY_S)
         root = first.splitlines()[-1].split(': ', 1)[1].split(', ')[0]
         if len(messages) == 2: action = {'tool': 'view_node', 'args': {'node_id': root}}
-        else: action = {'tool': 'submit_answer', 'args': {'answer': 'ABCD'[int(key, 16) % 4], 'evidence': root, 'reasoning': 'test'}}
-        return LLMResponse(json.dumps({'reflect': {}, 'plan': 'test', 'action': action}), usage={'prompt_tokens': 10, 'completion_tokens': 2})
+        else:
+            action = {'tool': 'submit_answer', 'args': {'answer': 'ABCD'[int(key, 16) % 4], 'evidence': root,
+                                                        'reasoning': 'test'}}
+        return LLMResponse(json.dumps({'reflect': {}, 'plan': 'test', 'action': action}),
+                           usage={'prompt_tokens': 10, 'completion_tokens': 2})
 
 def child(world, db, calls, run_id, phase):
     "Run inference over the world's questions; print the summary as JSON."
@@ -36,8 +40,9 @@ def child(world, db, calls, run_id, phase):
     questions = load_questions(Path(world)/'questions.jsonl')
     async def main():
         with HarnessLog(db) as log:
-            return await run_inference(questions, trees_dir=Path(world)/'trees', provider=ViewThenAnswer(calls, phase), log=log,
-                                       run_id=run_id, skills_dir=project_root()/'prompts'/'skills', concurrency=CONCURRENCY, progress=False)
+            return await run_inference(questions, trees_dir=Path(world)/'trees', provider=ViewThenAnswer(calls, phase),
+                                       log=log, run_id=run_id, skills_dir=project_root()/'prompts'/'skills',
+                                       concurrency=CONCURRENCY, progress=False)
     r = asyncio.run(main())
     print(json.dumps(dict(n=r.n, n_new=r.n_new, accuracy=r.accuracy, stop_reason_counts=r.stop_reason_counts)))
 
@@ -46,14 +51,16 @@ def child(world, db, calls, run_id, phase):
 def done_ids(db) -> set:
     "Question ids with a prediction, read through a plain sqlite3 connection (empty while the table is missing)."
     try:
-        with sqlite3.connect(db, timeout=30) as c: return {r[0] for r in c.execute("SELECT question_id FROM predictions WHERE run_id = 'resume'")}
+        with sqlite3.connect(db, timeout=30) as c:
+            return {r[0] for r in c.execute("SELECT question_id FROM predictions WHERE run_id = 'resume'")}
     except sqlite3.OperationalError: return set()
 
 def calls_by_question(calls_file) -> dict:
     "(question key, phase) -> number of model calls."
     out = {}
     for line in Path(calls_file).read_text().splitlines():
-        key, phase, _ = line.split('\t'); out[key, phase] = out.get((key, phase), 0) + 1
+        key, phase, _ = line.split('\t')
+        out[key, phase] = out.get((key, phase), 0) + 1
     return out
 
 def spawn(world, db, calls, phase, root):
@@ -63,7 +70,8 @@ def spawn(world, db, calls, phase, root):
 def test_sigkill_mid_run_then_resume(tmp_path):
     from treetrm.core import project_root
     from treetrm.sim.world import make_world
-    from treetrm.data import load_questions, load_tree
+    from treetrm.data import load_questions
+    from treetrm.trees import load_tree
     from treetrm.agent.navigate import user_message
     root = project_root()
     world = make_world(tmp_path/'world', seed=0, n_videos=N_VIDEOS)
@@ -79,7 +87,8 @@ def test_sigkill_mid_run_then_resume(tmp_path):
         assert first.poll() is None, f'the first run ended before it could be killed: {first.communicate()}'
         assert time.monotonic() < deadline, 'the first run made no progress'
         time.sleep(0.02)
-    first.send_signal(signal.SIGKILL); first.wait(30)
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
     assert first.returncode == -signal.SIGKILL
     before = done_ids(db)
     assert 5 <= len(before) < len(questions)
@@ -92,12 +101,15 @@ def test_sigkill_mid_run_then_resume(tmp_path):
     assert summary['stop_reason_counts'] == {'finished': len(questions)}
 
     with sqlite3.connect(db) as c:
-        per_q = dict(c.execute("SELECT question_id, count(*) FROM predictions WHERE run_id = 'resume' GROUP BY question_id"))
+        per_q = dict(c.execute("SELECT question_id, count(*) FROM predictions "
+                               "WHERE run_id = 'resume' GROUP BY question_id"))
         traces = {}
-        for qid, step in c.execute("SELECT question_id, step FROM traces WHERE run_id = 'resume'"): traces.setdefault(qid, []).append(step)
+        for qid, step in c.execute("SELECT question_id, step FROM traces WHERE run_id = 'resume'"):
+            traces.setdefault(qid, []).append(step)
         status = c.execute("SELECT status FROM runs WHERE run_id = 'resume'").fetchone()[0]
     assert per_q == {q.question_id: 1 for q in questions}  # every question exactly one prediction
-    assert {qid: sorted(s) for qid, s in traces.items()} == {q.question_id: [-1, 0, 1] for q in questions}  # no stale traces
+    # no stale traces
+    assert {qid: sorted(s) for qid, s in traces.items()} == {q.question_id: [-1, 0, 1] for q in questions}
     assert status == 'finished'
 
     n_calls = calls_by_question(calls)

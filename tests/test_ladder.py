@@ -1,4 +1,5 @@
-"Property tests for treetrm.gate.ladder: ladder order, case-pack exclusion, fingerprints, frozen pools, p̂ EMA, BaselineCache."
+("Property tests for treetrm.gate.ladder: ladder order, case-pack exclusion, fingerprints, frozen pools, p̂ EMA, "
+ "BaselineCache.")
 import json, tempfile
 from pathlib import Path
 
@@ -7,8 +8,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from treetrm.core import ConfigError, DataError
 from treetrm.data import Question, build_units
-from treetrm.gate.ladder import (BaselineCache, Ladder, build_ladder, build_ladders, freeze_gate_pools, information,
-                            load_gate_pools, skill_hash, update_phat)
+from treetrm.gate.ladder import Ladder, build_ladder, build_ladders, information, update_phat
+from treetrm.gate.pools import freeze_gate_pools, load_gate_pools
+from treetrm.gate.baseline_cache import BaselineCache, skill_hash
 
 TT = 'Counting Problem'
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -93,7 +95,8 @@ def test_warm_order_is_non_increasing_in_information(w, seed):
 def test_ladder_is_deterministic_per_seed_and_ignores_input_order(w, seed, rnd):
     units, baseline, phat, exclude = w
     kw = dict(p_low=0.05, p_high=0.95, baseline=baseline, exclude=exclude, seed=seed, task_type=TT)
-    shuffled = list(units); rnd.shuffle(shuffled)
+    shuffled = list(units)
+    rnd.shuffle(shuffled)
     a, b = build_ladder(units, phat, **kw), build_ladder(shuffled, dict(reversed(phat.items())), **kw)
     assert a == b and a.fingerprint == b.fingerprint
 
@@ -118,7 +121,9 @@ def expected_cold_classes(n_wrong, n_right):
     "Independent statement of the 2:1 rule: slots wrong, wrong, right, ... until the due class is empty."
     left, out = {'w': n_wrong, 'r': n_right}, []
     while left['w' if len(out) % 3 < 2 else 'r']:
-        c = 'w' if len(out) % 3 < 2 else 'r'; out.append(c); left[c] -= 1
+        c = 'w' if len(out) % 3 < 2 else 'r'
+        out.append(c)
+        left[c] -= 1
     return out + ['w']*left['w'] + ['r']*left['r']
 
 @SETTINGS
@@ -143,10 +148,12 @@ def test_probe_tail_cap_keeps_the_head(w, seed, cap):
 
 def test_ladder_input_errors():
     units = make_units([1, 1])
-    with pytest.raises(DataError, match='several task types'): build_ladder(units + make_units([1], 'OCR Problems'), p_low=0, p_high=1, baseline={})
+    with pytest.raises(DataError, match='several task types'):
+        build_ladder(units + make_units([1], 'OCR Problems'), p_low=0, p_high=1, baseline={})
     with pytest.raises(ConfigError, match='baseline'): build_ladder(units, p_low=0, p_high=1)
     with pytest.raises(ConfigError, match='p_low'): build_ladder(units, p_low=0.6, p_high=0.4, baseline={})
-    with pytest.raises(ConfigError, match='probe_tail'): build_ladder(units, p_low=0, p_high=1, baseline={}, probe_tail=-1)
+    with pytest.raises(ConfigError, match='probe_tail'):
+        build_ladder(units, p_low=0, p_high=1, baseline={}, probe_tail=-1)
 
 # --- fingerprints and frozen pools -------------------------------------------------------------------------------
 
@@ -197,7 +204,8 @@ def test_expected_fingerprint_mismatch_is_a_clear_error(tmp_path):
     pools = freeze_gate_pools(tmp_path/'gate_pools.json', lads)
     other = freeze_gate_pools(tmp_path/'other.json', build_ladders(units, p_low=0, p_high=1, seed=1,
                                                                  baseline={uid(u): True for u in units}))
-    with pytest.raises(DataError, match='fresh run') as e: load_gate_pools(tmp_path/'gate_pools.json', other.fingerprint)
+    with pytest.raises(DataError, match='fresh run') as e:
+        load_gate_pools(tmp_path/'gate_pools.json', other.fingerprint)
     assert 'gate_pools.json' in str(e.value) and pools.fingerprint[:12] in str(e.value)
     with pytest.raises(DataError, match='already frozen'): freeze_gate_pools(tmp_path/'gate_pools.json', other.ladders)
     (tmp_path/'junk.json').write_text('{"format": "something else"}')
@@ -206,8 +214,8 @@ def test_expected_fingerprint_mismatch_is_a_clear_error(tmp_path):
 # --- p̂ EMA -------------------------------------------------------------------------------------------------------
 
 @SETTINGS
-@given(st.dictionaries(st.sampled_from('abcdefgh'), phat_st), st.dictionaries(st.sampled_from('abcdefghij'), st.booleans()),
-       st.floats(0, 1))
+@given(st.dictionaries(st.sampled_from('abcdefgh'), phat_st),
+       st.dictionaries(st.sampled_from('abcdefghij'), st.booleans()), st.floats(0, 1))
 def test_update_phat_is_the_gamma_ema_with_laplace_priors(phat, outcomes, gamma):
     new = update_phat(phat, outcomes, gamma, 'v2_e1_R')
     assert set(new) == set(phat) | set(outcomes)

@@ -6,7 +6,9 @@ from dataclasses import replace
 import pytest
 
 from treetrm.core import InfraError
-from treetrm.llm.client import OpenAIProvider, ResponseCache, TELEMETRY_KEYS
+from treetrm.llm.costs import TELEMETRY_KEYS
+from treetrm.llm.resilience import ResponseCache
+from treetrm.llm.client import OpenAIProvider
 from treetrm.llm.config import RoleConfig
 from treetrm.sim import server as sim_server
 from treetrm.log import HarnessLog
@@ -32,7 +34,8 @@ async def run_calls(provider, n:int) -> list:
     finally: await provider.aclose()
 
 def assert_no_key(rows, errors=()):
-    for text in [repr(r) for r in rows] + [str(e) for e in errors]: assert FAKE_KEY not in text and 'sk-test' not in text
+    for text in [repr(r) for r in rows] + [str(e) for e in errors]:
+        assert FAKE_KEY not in text and 'sk-test' not in text
 
 def test_clean_run():
     rows = []
@@ -42,8 +45,10 @@ def test_clean_run():
         assert out == [f'question number {i}' for i in range(50)]
         assert server.stats['requests'] == 50
     assert len(rows) == 50 and len({r['call_id'] for r in rows}) == 50
-    assert all(tuple(r) == TELEMETRY_KEYS + ('reply_format', ) and r['reply_format'] == 'none' for r in rows)  # sent without a format
-    assert {(r['status'], r['attempt'], r['cache_hit'], r['run_id'], r['role'], r['model']) for r in rows} == {('ok', 1, False, 'clean', 'agent', 'sim-echo')}
+    # sent without a format
+    assert all(tuple(r) == TELEMETRY_KEYS + ('reply_format', ) and r['reply_format'] == 'none' for r in rows)
+    assert ({(r['status'], r['attempt'], r['cache_hit'], r['run_id'], r['role'], r['model']) for r in rows}
+            == {('ok', 1, False, 'clean', 'agent', 'sim-echo')})
     assert all(r['prompt_tokens'] > 0 and r['completion_tokens'] > 0 and r['latency_s'] > 0 for r in rows)
     assert_no_key(rows)
 
@@ -52,18 +57,22 @@ FAULTS = sim_server.Faults(rate_429=0.07, rate_500=0.07, rate_hang=0.05, rate_ma
 
 def test_faults_every_call_accounted_for(tmp_path):
     n, rows, log = 80, [], HarnessLog(tmp_path/'harness.db')
-    def telemetry(row): rows.append(row); log.record_llm_call(row)  # what the runner wires up
+    def telemetry(row):  # what the runner wires up
+        rows.append(row)
+        log.record_llm_call(row)
     with sim_server.serve(faults=FAULTS) as server:
         p = OpenAIProvider(config(server, timeout_s=1.0), telemetry=telemetry, run_id='faults')
         out = asyncio.run(run_calls(p, n))  # within WHOLE_TEST_S, or a TimeoutError
         stats = server.stats
-    stored = log.frame('llm_calls'); log.close()
+    stored = log.frame('llm_calls')
+    log.close()
     assert stored.height == n and stored['attempt'].sum() == stats['requests'] and set(stored['run_id']) == {'faults'}
     # every call ends with its own echo or an InfraError; none is dropped or answered with another call's text
     assert len(out) == n
     for i, o in enumerate(out): assert o == f'question number {i}' or isinstance(o, InfraError), (i, o)
     errors = [o for o in out if isinstance(o, InfraError)]
-    for e in errors: assert 'role=agent' in str(e) and 'model=sim-echo' in str(e) and f'endpoint={server.base_url}' in str(e)
+    for e in errors:
+        assert 'role=agent' in str(e) and 'model=sim-echo' in str(e) and f'endpoint={server.base_url}' in str(e)
     # one telemetry row per call, and the rows' attempts add up to what the server saw
     assert len(rows) == n and len({r['call_id'] for r in rows}) == n
     assert sum(r['attempt'] for r in rows) == stats['requests']
@@ -79,7 +88,9 @@ def test_retry_after_is_honoured():
     rows = []
     with sim_server.serve(faults=sim_server.Faults(rate_429=1.0, retry_after_s=0.3)) as server:
         p = OpenAIProvider(config(server, max_retries=2, breaker_threshold=10), telemetry=rows.append)
-        t0 = time.monotonic(); out = asyncio.run(run_calls(p, 1)); took = time.monotonic() - t0
+        t0 = time.monotonic()
+        out = asyncio.run(run_calls(p, 1))
+        took = time.monotonic() - t0
         assert server.stats['requests'] == 3
     assert isinstance(out[0], InfraError) and 'HTTP 429' in str(out[0]) and 'after 3 attempt(s)' in str(out[0])
     assert took >= 0.6  # two waits of at least Retry-After 0.3 s, although the backoff alone is <= 0.1 s
@@ -102,7 +113,8 @@ async def outage_then_recovery(port:int, rows:list) -> list:
         events.append(('fast', *await call(3), down.stats['requests']))
         await asyncio.sleep(0.55)
         events.append(('probe-fails', *await call(4), down.stats['requests'], p.breaker.state))
-        down.close(); down_open = False
+        down.close()
+        down_open = False
         with sim_server.serve(port=port) as up:
             events.append(('still-open', *await call(5), up.stats['requests']))
             await asyncio.sleep(0.55)

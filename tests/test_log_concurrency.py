@@ -8,21 +8,23 @@ CTX = mp.get_context('spawn')  # children start clean (no inherited connection, 
 
 def steps(qid:str, n:int=3) -> list[dict]:
     "A deterministic agent trace for `qid`; its size makes each row span several database pages when n is large."
-    return [dict(tool='view_node', args={'node_id': f'{qid}-{k}'}, output=sha256_text(f'{qid}-{k}') * 8) for k in range(n)]
+    return [dict(tool='view_node', args={'node_id': f'{qid}-{k}'}, output=sha256_text(f'{qid}-{k}') * 8)
+            for k in range(n)]
 
 def pred(run_id:str, i:int, n_steps:int=3) -> dict:
     "Prediction row number `i`; every field is a function of `i`, so a stored row can be checked field by field."
     qid = f'q{i:05d}'
-    return dict(run_id=run_id, question_id=qid, video_id=f'v{i // 4}', task_type='Counting Problem', prediction='ABCD'[i % 4],
-                answer='A', correct=i % 4 == 0, stop_reason='finished', steps_used=i % 7, tokens=100 + i, latency=0.01 * i,
-                steps_json=steps(qid, n_steps))
+    return dict(run_id=run_id, question_id=qid, video_id=f'v{i // 4}', task_type='Counting Problem',
+                prediction='ABCD'[i % 4], answer='A', correct=i % 4 == 0, stop_reason='finished', steps_used=i % 7,
+                tokens=100 + i, latency=0.01 * i, steps_json=steps(qid, n_steps))
 
 def assert_rows_complete(log:HarnessLog, run_id:str, n_steps:int=3) -> list[int]:
     "Check every stored row of `run_id` equals the row that was written; returns the row numbers found."
     found = log.frame('predictions', run_id).drop('created_at').to_dicts()
     nums = [int(r['question_id'][1:]) for r in found]
     for r, i in zip(found, nums):
-        assert r == {**pred(run_id, i, n_steps), 'steps_json': canonical_json(steps(r['question_id'], n_steps))}, r['question_id']
+        assert r == {**pred(run_id, i, n_steps),
+                     'steps_json': canonical_json(steps(r['question_id'], n_steps))}, r['question_id']
     return nums
 
 def integrity(path) -> str:
@@ -68,23 +70,28 @@ def write_range(path, lo:int, hi:int, batch:int, start, results):
     start.wait()
     with HarnessLog(path) as log:
         log.start_run('mp', 'infer', params={'rows': 1000})  # both processes register the same run at the same time
-        n = sum(log.insert('predictions', [pred('mp', i) for i in range(s, min(s + batch, hi))]) for s in range(lo, hi, batch))
+        n = sum(log.insert('predictions', [pred('mp', i) for i in range(s, min(s + batch, hi))])
+                for s in range(lo, hi, batch))
     results.put(n)
 
 def test_two_processes_lose_nothing(tmp_path):
     path = tmp_path/'fresh'/'harness.db'  # neither process finds a database: both race to create the schema
     start, results = CTX.Event(), CTX.Queue()
-    procs = [CTX.Process(target=write_range, args=(path, lo, hi, 5, start, results)) for lo, hi in [(0, 600), (400, 1000)]]
+    procs = [CTX.Process(target=write_range, args=(path, lo, hi, 5, start, results))
+             for lo, hi in [(0, 600), (400, 1000)]]
     for p in procs: p.start()
     start.set()
-    for p in procs: p.join(90); assert p.exitcode == 0, 'a writer failed (see its traceback above)'
+    for p in procs:
+        p.join(90)
+        assert p.exitcode == 0, 'a writer failed (see its traceback above)'
     counts = [results.get(timeout=10) for _ in procs]
     assert sum(counts) == 1000  # the 200 overlapping rows were inserted by exactly one of the two
     assert integrity(path) == 'ok'
     with HarnessLog(path) as log:
         assert sorted(assert_rows_complete(log, 'mp')) == list(range(1000))
         assert log.runs()['run_id'].to_list() == ['mp']
-        assert log.query('SELECT count(*) AS n, count(DISTINCT question_id) AS d FROM predictions').row(0) == (1000, 1000)
+        assert (log.query('SELECT count(*) AS n, count(DISTINCT question_id) AS d FROM predictions').row(0)
+                == (1000, 1000))
 
 def open_fresh(path, barrier, results):
     "Child process: open (and so create) the log once all openers are ready; report its journal mode or the error."
@@ -100,7 +107,8 @@ def test_racing_openers_of_a_new_file_all_get_wal(tmp_path):
     outcomes = []
     for k in range(15):
         barrier, results = CTX.Barrier(3), CTX.Queue()
-        procs = [CTX.Process(target=open_fresh, args=(tmp_path/f'r{k}'/'harness.db', barrier, results)) for _ in range(3)]
+        procs = [CTX.Process(target=open_fresh, args=(tmp_path/f'r{k}'/'harness.db', barrier, results))
+                 for _ in range(3)]
         for p in procs: p.start()
         for p in procs: p.join(60)
         outcomes += [results.get(timeout=10) for _ in procs]
@@ -111,7 +119,8 @@ def test_racing_openers_of_a_new_file_all_get_wal(tmp_path):
 BATCH = 10  # rows per transaction
 
 def big_pred(i:int) -> dict:
-    "A prediction whose ~20 KB `steps_json` makes writing (not encoding) dominate, so kills tend to land mid-transaction."
+    ("A prediction whose ~20 KB `steps_json` makes writing (not encoding) dominate, "
+     "so kills tend to land mid-transaction.")
     return {**pred('kill', i), 'steps_json': sha256_text(f'q{i:05d}') * 300}
 
 def stream_rows(path, start:int):
@@ -121,17 +130,20 @@ def stream_rows(path, start:int):
 
 def kill_writer_after(path, start:int, more:int, delay:float):
     "Run a writer from `start`, SIGKILL it `delay` s after at least `more` new rows are visible."
-    p = CTX.Process(target=stream_rows, args=(path, start)); p.start()
+    p = CTX.Process(target=stream_rows, args=(path, start))
+    p.start()
     deadline = time.monotonic() + 60
     while count_rows(path) < start + more:
         assert p.is_alive() and time.monotonic() < deadline, 'the writer stopped or is too slow'
         time.sleep(0.005)
     time.sleep(delay)
-    os.kill(p.pid, signal.SIGKILL); p.join(10)
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
     assert p.exitcode == -signal.SIGKILL
 
 def check_killed_db(path) -> int:
-    "The db after a kill: integrity ok, whole transactions only, a gap-free prefix of complete rows; returns the row count."
+    ("The db after a kill: integrity ok, whole transactions only, a gap-free prefix of complete rows; "
+     "returns the row count.")
     assert integrity(path) == 'ok'
     with HarnessLog(path) as log:  # reopening recovers the WAL
         found = log.frame('predictions', 'kill').drop('created_at').to_dicts()

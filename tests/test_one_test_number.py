@@ -58,7 +58,8 @@ def test_eval_shows_the_train_stages_final_test(trained, tmp_path):
     before = looks_and_calls(ws)
     shown = readme_command(EVAL, tmp_path/'eval.ipynb', *eval_params(ws, world))
     assert looks_and_calls(ws) == before  # no new look at the test pool, no model call
-    assert f"the train stage's final test (run {m['test']['delivered_run']}" in shown and 'the number to report' in shown
+    assert (f"the train stage's final test (run {m['test']['delivered_run']}" in shown
+            and 'the number to report' in shown)
     accuracy = re.search(r'test pool, skills (v\d+): accuracy ([\d.]+)', shown)
     assert accuracy[1] == m['delivered_version'] and float(accuracy[2]) == round(m['test']['delivered_accuracy'], 3)
     printed = re.search(r'test accuracy: seed [\d.]+ -> delivered v\d+ ([\d.]+)', train_shown)[1]  # the train report

@@ -39,7 +39,7 @@ def test_sim_backend_refuses_built_trees_before_any_work(tmp_path):
     ename, message = train_notebook(tmp_path, workspace=str(ws), trees_dir=str(trees),
                                     questions=str(videos/'questions.jsonl'), run_id='v1')
     assert ename == 'ConfigError', (ename, message)
-    assert 'world.json' in message and "backend='openai'" in message and 'sim_server world' in message
+    assert 'world.json' in message and "backend='openai'" in message and 'sim.server world' in message
     assert not ws.exists()  # refused before the workspace was made
 
 

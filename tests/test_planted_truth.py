@@ -44,7 +44,8 @@ def test_effects_match_world_json(table):
     se = {c: table.filter(pl.col('config') == c).sort('task_type')['se'] for c in CONFIGS}
     w = w.sort('task_type')
     for i, row in enumerate(w.iter_rows(named=True)):
-        assert abs(row['planted_trap'] - row['planted_seed'] - row['trap_recorded']) < 0.03  # world.json's effect, exactly
+        # world.json's effect, exactly
+        assert abs(row['planted_trap'] - row['planted_seed'] - row['trap_recorded']) < 0.03
         tol_trap = 3 * math.hypot(se['seed'][i], se['trap'][i])
         tol_gain = 3 * math.hypot(se['seed'][i], se['helpful'][i])
         assert abs(row['trap_measured'] - row['trap_recorded']) <= tol_trap, row

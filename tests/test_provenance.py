@@ -88,7 +88,7 @@ def test_no_api_key_reaches_the_artifact(trained, tmp_path, monkeypatch):
 
 
 def test_git_state_is_none_without_a_checkout_or_git(tmp_path, monkeypatch):
-    from treetrm.train.runner import git_state
+    from treetrm.train.provenance import git_state
     assert git_state(tmp_path) is None
     monkeypatch.setenv('PATH', str(tmp_path))  # no git on the path
     assert git_state(package_dir().parent) is None

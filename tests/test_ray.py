@@ -1,4 +1,7 @@
-"Grids and sweeps on a real Ray cluster (a head and a worker node, each started by `ray start` in processes of their own) give the processes executor's results, survive the loss of a node mid-grid, and resume an interrupted grid without re-running finished jobs; without an address, Ray starts on this machine for the jobs and goes away after."
+("Grids and sweeps on a real Ray cluster (a head and a worker node, "
+ "each started by `ray start` in processes of their own) give the processes executor's results, "
+ "survive the loss of a node mid-grid, and resume an interrupted grid without re-running finished jobs; "
+ "without an address, Ray starts on this machine for the jobs and goes away after.")
 import asyncio, contextlib, os, shutil, socket, subprocess, sys, tempfile, uuid
 from pathlib import Path
 
@@ -30,7 +33,8 @@ def ray_start(*args, tmp: Path):
     tmp.mkdir(parents=True, exist_ok=True)
     env = os.environ | {'TMPDIR': str(tmp), 'RAY_USAGE_STATS_ENABLED': '0'}  # the token: see `cluster`
     out = subprocess.run([str(RAY), 'start', '--disable-usage-stats', '--num-cpus=1',
-                          '--object-store-memory=100000000', *args], env=env, capture_output=True, text=True, timeout=120)
+                          '--object-store-memory=100000000', *args], env=env, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
 
 

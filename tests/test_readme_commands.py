@@ -22,7 +22,8 @@ import pytest
 from treetrm.bench import loop as loop_bench
 from treetrm.train.config import load_config
 from treetrm.core import project_root, read_json
-from treetrm.data import load_questions, load_tree
+from treetrm.data import load_questions
+from treetrm.trees import load_tree
 from treetrm.log import HarnessLog
 from treetrm.sim.world import make_world
 from treetrm.sim.server import serve
@@ -66,7 +67,8 @@ NOT_RUN = {  # a block's marker -> why no test runs it
         'the noise measurement: about an hour of a real model on 2 cores; tests/test_real_model.py::'
         'test_noise_measurement_on_a_real_model runs the same notebook, reduced, on the CI llama.cpp server',
     'import gepa': 'a sketch with the user\'s adapter and data; the same calls run in nbs/integrations/00_gepa.ipynb '
-                   '(nbdev_test: gepa.optimize with EValueAcceptance, then confirm_best) and nbs/examples/dspy_gepa.ipynb '
+                   '(nbdev_test: gepa.optimize with EValueAcceptance, then confirm_best) '
+                   'and nbs/examples/dspy_gepa.ipynb '
                    '(tests/test_gepa_integration.py)',
     "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/nbdev_test && .venv/bin/pytest -q tests":
         'the CI command itself: .ci/run makes the venv, installs the dev extra and runs nbdev_test and pytest',
@@ -172,7 +174,8 @@ def benchmark_rule_names(text: str) -> set[str]:
 def test_benchmark_section_names_only_rules_that_exist():
     names = benchmark_rule_names(README.read_text(encoding='utf-8'))
     assert {'gate_snapshot', 'oracle_paid', 'fixed_n_free'} <= names  # the check reads the section's rule names
-    known = set(loop_bench.BENCH_RULES) | set(loop_bench.ABLATIONS) | set(loop_bench.CEILINGS) | set(loop_bench.ENGINE_RULES)
+    known = (set(loop_bench.BENCH_RULES) | set(loop_bench.ABLATIONS) | set(loop_bench.CEILINGS)
+             | set(loop_bench.ENGINE_RULES))
     assert not names - known, f'README rule names not in loop_bench: {sorted(names - known)}'
 
 
@@ -228,7 +231,8 @@ def test_script_form_runs_as_a_script(tmp_path):
 
 def test_notebook_form_runs_in_a_kernel(tmp_path):
     "The notebook form as one cell of a notebook (top-level await), executed from an empty folder."
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(readme_block('from treetrm.train.runner import Runner'))])
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(readme_block('from treetrm.train.runner import Runner'))])
     nb.metadata['kernelspec'] = {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'}
     nbformat.write(nb, tmp_path/'form.ipynb')
     pm.execute_notebook(str(tmp_path/'form.ipynb'), str(tmp_path/'out.ipynb'), kernel_name='python3',

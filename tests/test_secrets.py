@@ -32,7 +32,8 @@ def db_rows_with_canary(db:Path) -> list[str]:
         for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
             cols = [r[1] for r in conn.execute(f'PRAGMA table_info({table})')]
             cond = ' OR '.join(f'CAST({c} AS TEXT) LIKE ?' for c in cols)
-            if conn.execute(f'SELECT count(*) FROM {table} WHERE {cond}', [f'%{CANARY}%'] * len(cols)).fetchone()[0]: hits.append(table)
+            if conn.execute(f'SELECT count(*) FROM {table} WHERE {cond}', [f'%{CANARY}%'] * len(cols)).fetchone()[0]:
+                hits.append(table)
     finally: conn.close()
     return hits
 
@@ -52,9 +53,10 @@ def test_canary_key_leaks_nowhere(tmp_path, monkeypatch):
             monkeypatch.setenv(f'TREETRM_{role.upper()}_API_KEY', CANARY)
             monkeypatch.setenv(f'TREETRM_{role.upper()}_TIMEOUT', '30')
         common = dict(workspace=str(ws), data_dir=str(world), backend='openai', concurrency=8)
-        run('split.ipynb', outs/'split.ipynb', [so, se], **common, **{k: v for k, v in DEFAULT_SPLIT.items() if k != 'seed'}, seed=DEFAULT_SPLIT['seed'])
-        run('train.ipynb', outs/'train.ipynb', [so, se], **common, run_id='v1', epochs=1, batch_size=8, min_ladder_units=3, ladder_cap=12,
-            min_n=5, show_steps=True)
+        run('split.ipynb', outs/'split.ipynb', [so, se], **common,
+            **{k: v for k, v in DEFAULT_SPLIT.items() if k != 'seed'}, seed=DEFAULT_SPLIT['seed'])
+        run('train.ipynb', outs/'train.ipynb', [so, se], **common, run_id='v1', epochs=1, batch_size=8,
+            min_ladder_units=3, ladder_cap=12, min_n=5, show_steps=True)
         run('eval.ipynb', outs/'eval.ipynb', [so, se], **common, skills_version='best', pool='test')
         requests = srv.stats['requests']
     assert requests > 100  # the stages really went through the HTTP endpoint with the key
@@ -63,7 +65,8 @@ def test_canary_key_leaks_nowhere(tmp_path, monkeypatch):
     assert figures and (ws/'harness.db').exists() and len(list(outs.glob('*.ipynb'))) == 3
     assert leaks(ws) == [] and leaks(outs) == []
     assert db_rows_with_canary(ws/'harness.db') == []
-    assert CANARY not in json.dumps([json.loads((outs/f'{n}.ipynb').read_text())['metadata'] for n in ('split', 'train', 'eval')])
+    assert CANARY not in json.dumps([json.loads((outs/f'{n}.ipynb').read_text())['metadata']
+                                     for n in ('split', 'train', 'eval')])
     # the calls themselves were recorded (without the key)
     calls = sqlite3.connect(ws/'harness.db').execute('SELECT count(*) FROM llm_calls').fetchone()[0]
     assert calls > 0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from treetrm.train.config import DEFAULT_GATE
 from treetrm.core import ConfigError
-from treetrm.gate.decision import RULE_DECISIONS
+from treetrm.gate.exits import RULE_DECISIONS
 from treetrm.gate.simulate import gate_paths
 from treetrm.bench.noise import pair_rates
 from treetrm.sim.realism import NOISE_LEGACY, RealismParams, p_right, rule_effects, seeded_draw
@@ -36,8 +36,9 @@ def test_legacy_worlds_keep_their_bytes_and_draws_and_read_back_as_legacy(tmp_pa
     assert got == OLD_DRAWS
 
 def test_default_worlds_carry_the_measured_noise(tmp_path):
-    """Today's defaults (cited in 02a_realism): a seeded sampler whose arms a shared seed does not couple (the tool agent's
-    κ ≈ 0), no idiosyncrasy (τ² ≈ 0 at temperature 0.7). Only the coupling differs from a legacy world's bytes."""
+    """Today's defaults (cited in 02a_realism): a seeded sampler whose arms a shared seed does not couple (the tool
+    agent's κ ≈ 0), no idiosyncrasy (τ² ≈ 0 at temperature 0.7). Only the coupling differs from a legacy world's
+    bytes."""
     w = load_world(make_world(tmp_path/'w', seed=3, n_videos=4, profile='realistic'))
     old = load_world(make_world(tmp_path/'old', seed=3, n_videos=4, profile='realistic', realism=NOISE_LEGACY))
     assert w['realism'].pop('coupling') == 0.0 and 'idiosyncrasy' not in w['realism'] and w == old

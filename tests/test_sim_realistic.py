@@ -18,8 +18,8 @@ def world(tmp_path_factory):
 
 def _run(world, log, run_id, skills, one_call=True, questions=None):
     qs = questions or list(world_questions(world).values())
-    asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=SimAgent(world, 0, one_call=one_call), log=log, run_id=run_id,
-                              skills_dir=skills, concurrency=8, progress=False))
+    asyncio.run(run_inference(qs, trees_dir=world/'trees', provider=SimAgent(world, 0, one_call=one_call), log=log,
+                              run_id=run_id, skills_dir=skills, concurrency=8, progress=False))
     p = log.predictions(run_id)
     return dict(zip(p['question_id'].to_list(), p['correct'].to_list())), p
 
@@ -30,7 +30,8 @@ def test_world_checks_and_mixture(world):
     for t, v in w['task_types'].items():
         assert len(v['rules']) >= 20
         want = component_counts([c[0] for c in comps], len(v['rules']))
-        got = collections.Counter(next(i for i, (_, lo, hi) in enumerate(comps) if lo <= r['target_effect'] <= hi) for r in v['rules'])
+        got = collections.Counter(next(i for i, (_, lo, hi) in enumerate(comps) if lo <= r['target_effect'] <= hi)
+                                  for r in v['rules'])
         assert [got[i] for i in range(len(comps))] == want, t
         off = [r for r in v['rules'] if abs(r['effect'] - r['target_effect']) > 0.05]
         assert len(off) <= 2, (t, off)  # an out-of-reach target keeps its exact effect; rare
@@ -55,7 +56,8 @@ def test_flip_rate_and_exact_replay(world, tmp_path):
 
 def _with_rules(world, tmp_path, picks):
     "A skills folder: the seed skills plus the given rules in their types' Strategy sections."
-    d = tmp_path/'skills'; d.mkdir(exist_ok=True)
+    d = tmp_path/'skills'
+    d.mkdir(exist_ok=True)
     files = {p.name: p.read_text() for p in SEED_SKILLS.glob('*.md')}
     for t, rule in picks:
         name = next(n for n, s in files.items() if f'task_type: {t}\n' in s)
@@ -65,7 +67,8 @@ def _with_rules(world, tmp_path, picks):
 
 def test_true_accuracy_matches_many_runs(world, tmp_path):
     w = load_world(world)
-    picks = [(t, r) for t, v in sorted(w['task_types'].items()) for r in sorted(v['rules'], key=lambda r: -r['effect'])[:2] + [v['rules'][0]]]
+    picks = [(t, r) for t, v in sorted(w['task_types'].items())
+             for r in sorted(v['rules'], key=lambda r: -r['effect'])[:2] + [v['rules'][0]]]
     skills = _with_rules(world, tmp_path, picks)
     qs = list(world_questions(world).values())
     log, k = HarnessLog(tmp_path/'h.db'), 12
@@ -73,7 +76,10 @@ def test_true_accuracy_matches_many_runs(world, tmp_path):
     mean = sum(sum(r.values()) for r in runs) / (k * len(qs))
     truth = true_accuracy(world, skills, qs)
     texts = {p.name: p.read_text() for p in skills.glob('*.md')}
-    var = sum(p * (1 - p) for p in (question_probability(w, q.question_id, texts['_default.md'] + '\n' + next(s for s in texts.values() if f'task_type: {q.task_type}\n' in s)) for q in qs))
+    var = sum(p * (1 - p) for p in (
+        question_probability(w, q.question_id, texts['_default.md'] + '\n'
+                             + next(s for s in texts.values() if f'task_type: {q.task_type}\n' in s))
+        for q in qs))
     se = math.sqrt(var) / (len(qs) * math.sqrt(k))
     assert abs(mean - truth) < 3 * se, (mean, truth, se)
     assert truth - true_accuracy(world, SEED_SKILLS, qs) > 0.01  # the two best rules of each type move the truth

@@ -3,14 +3,17 @@ import asyncio, json, random
 from pathlib import Path
 import pytest
 from treetrm.core import DataError, read_json
-from treetrm.data import load_questions, load_trees, option_text
-from treetrm.sim.video import derive_answer, reachable, TYPE_RULES
+from treetrm.data import load_questions, option_text
+from treetrm.trees import load_trees
+from treetrm.sim.evidence import derive_answer
+from treetrm.sim.video import reachable, TYPE_RULES
 from treetrm.sim.world import (check_world, ensure_demo_world, load_world, make_world, world_fingerprint, DEMO_SEED,
                          DEMO_VIDEOS)
 from treetrm.sim.roles import SimEvolver, SimJudge
 
 def files(d):
-    d = Path(d); return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob('*')) if p.is_file()}
+    d = Path(d)
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob('*')) if p.is_file()}
 
 @pytest.fixture(scope='module')
 def small(tmp_path_factory):
@@ -68,7 +71,8 @@ def test_demo_world_is_committed_regenerable_and_large_enough(tmp_path):
     demo = ensure_demo_world()
     assert len(check_world(demo)) == 0
     fresh = make_world(tmp_path/'demo', seed=DEMO_SEED, n_videos=DEMO_VIDEOS)
-    assert world_fingerprint(fresh) == world_fingerprint(demo), 'data/demo is stale: delete it and run ensure_demo_world()'
+    assert (world_fingerprint(fresh)
+            == world_fingerprint(demo)), 'data/demo is stale: delete it and run ensure_demo_world()'
     qs = load_questions(Path(demo)/'questions.jsonl')
     per_type = {t: sum(q.task_type == t for q in qs) for t in {q.task_type for q in qs}}
     assert len(per_type) >= 6 and sorted(per_type.values())[-6] >= 100
@@ -77,7 +81,8 @@ def test_demo_world_is_committed_regenerable_and_large_enough(tmp_path):
     for tt, info in world['task_types'].items():
         helpful = [r['effect'] for r in info['rules'] if r['kind'] == 'helpful']
         traps = [r['effect'] for r in info['rules'] if r['kind'] == 'trap']
-        assert 2 <= len(helpful) <= 4 and 1 <= len(traps) <= 2 and all(e >= 10 for e in helpful) and all(e <= -10 for e in traps), (tt, helpful, traps)
+        assert (2 <= len(helpful) <= 4 and 1 <= len(traps) <= 2 and all(e >= 10 for e in helpful)
+                and all(e <= -10 for e in traps)), (tt, helpful, traps)
 
 def test_ensure_demo_world_rejects_a_modified_copy(tmp_path):
     d = make_world(tmp_path/'d', seed=DEMO_SEED, n_videos=2)
@@ -88,12 +93,13 @@ def test_ensure_demo_world_rejects_a_modified_copy(tmp_path):
 
 def diagnose_messages(world, qid, skill_text=''):
     ev = world['evidence'][qid]
-    ctx = {'kind': 'diagnose', 'question_id': qid, 'video_id': ev['video_id'], 'task_type': ev['task_type'], 'question': '?',
-           'options': [], 'answer': 'A', 'prediction': 'B', 'skill_file': 'skill.md', 'steps': []}
+    ctx = {'kind': 'diagnose', 'question_id': qid, 'video_id': ev['video_id'], 'task_type': ev['task_type'],
+           'question': '?', 'options': [], 'answer': 'A', 'prediction': 'B', 'skill_file': 'skill.md', 'steps': []}
     return [{'role': 'user', 'content': f'{skill_text}\n```json\n{json.dumps(ctx)}\n```'}]
 
 def evolve_messages(task_type, skill_text='', blacklist=()):
-    ctx = {'kind': 'evolve', 'task_type': task_type, 'target': 't.md', 'skill_text': skill_text, 'failures': [], 'successes': [], 'blacklist': list(blacklist)}
+    ctx = {'kind': 'evolve', 'task_type': task_type, 'target': 't.md', 'skill_text': skill_text, 'failures': [],
+           'successes': [], 'blacklist': list(blacklist)}
     return [{'role': 'user', 'content': f'```json\n{json.dumps(ctx)}\n```'}]
 
 def reply(provider, messages, seed=None): return json.loads(asyncio.run(provider.chat(messages, seed=seed)).content)
@@ -123,7 +129,8 @@ def test_evolver_kind_probabilities(small):
     evo = SimEvolver(small, p_helpful=0.6, p_neutral=0.1, p_trap=0.3)
     kinds = {r['text']: r['kind'] for r in world['task_types']['OCR Problems']['rules']}
     drawn = [kinds[reply(evo, evolve_messages('OCR Problems'), seed=s)['ops'][0]['text'][2:]] for s in range(1000)]
-    for kind, p in (('helpful', 0.6), ('neutral', 0.1), ('trap', 0.3)): assert abs(drawn.count(kind) / 1000 - p) < 0.05, kind
+    for kind, p in (('helpful', 0.6), ('neutral', 0.1), ('trap', 0.3)):
+        assert abs(drawn.count(kind) / 1000 - p) < 0.05, kind
 
 def test_evolver_never_repeats_present_or_blacklisted_rules(small):
     world, evo = read_json(Path(small)/'world.json'), SimEvolver(small)
@@ -145,6 +152,7 @@ def test_evolver_same_request_same_reply(small):
 def test_judge_rejects_unknown_questions_and_missing_context(small):
     judge = SimJudge(small)
     with pytest.raises(DataError, match='not in this world'):
-        asyncio.run(judge.chat([{'role': 'user', 'content': '```json\n{"kind": "diagnose", "question_id": "nope"}\n```'}]))
+        asyncio.run(judge.chat([{'role': 'user',
+                                 'content': '```json\n{"kind": "diagnose", "question_id": "nope"}\n```'}]))
     with pytest.raises(DataError, match='no ```json'):
         asyncio.run(judge.chat([{'role': 'user', 'content': 'hello'}]))

@@ -11,7 +11,8 @@ import pytest
 from treetrm.core import project_root
 from treetrm.data import load_questions
 from treetrm.agent.inference import run_inference
-from treetrm.llm.client import OpenAIProvider, endpoint_slots
+from treetrm.llm.resilience import endpoint_slots
+from treetrm.llm.client import OpenAIProvider
 from treetrm.llm.config import RoleConfig
 from treetrm.log import HarnessLog
 from treetrm.sim.video import QUESTIONS_PER_VIDEO
@@ -50,7 +51,9 @@ srv.close()
 '''
 
 def free_port() -> int:
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
 
 @pytest.fixture
 def jitter_server(tmp_path):
@@ -64,29 +67,40 @@ def jitter_server(tmp_path):
         assert base_url == f'http://127.0.0.1:{port}/v1', base_url
         yield world, base_url, psutil.Process(proc.pid)
     finally:
-        proc.stdin.close(); proc.wait(10)
+        proc.stdin.close()
+        proc.wait(10)
 
 def tcp_to(port:int, pid:int|None=None) -> int:
     "Open TCP connections of this process (or `pid`) to or from `port`."
     conns = psutil.Process(pid).net_connections(kind='tcp') if pid else psutil.Process().net_connections(kind='tcp')
-    return sum(1 for c in conns if c.status != psutil.CONN_LISTEN and port in {c.laddr.port, getattr(c.raddr, 'port', None)})
+    return sum(1 for c in conns if c.status != psutil.CONN_LISTEN
+               and port in {c.laddr.port, getattr(c.raddr, 'port', None)})
 
 class RssSampler:
     "Samples this process's RSS every `every_s` seconds in a thread."
     def __init__(self, every_s:float=0.25): self.every_s, self.samples, self._stop = every_s, [], threading.Event()
     def run(self):
         me = psutil.Process()
-        while not self._stop.is_set(): self.samples.append((time.monotonic(), me.memory_info().rss)); self._stop.wait(self.every_s)
-    def __enter__(self): self.t = threading.Thread(target=self.run, daemon=True); self.t.start(); return self
-    def __exit__(self, *exc): self._stop.set(); self.t.join()
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), me.memory_info().rss))
+            self._stop.wait(self.every_s)
+    def __enter__(self):
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+        return self
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.t.join()
 
 async def soak(questions, world, base_url, log, tmp_path):
-    cfg = RoleConfig('sim-agent', base_url, api_key='sk-soak-0123456789', timeout_s=10, max_retries=2, backoff_base_s=0.05, concurrency=C)
+    cfg = RoleConfig('sim-agent', base_url, api_key='sk-soak-0123456789', timeout_s=10, max_retries=2,
+                     backoff_base_s=0.05, concurrency=C)
     p = OpenAIProvider(cfg)
     try:
         t0 = time.perf_counter()
-        res = await run_inference(questions, trees_dir=world/'trees', provider=p, log=log, run_id='soak', skills_dir=project_root()/'prompts'/'skills',
-                                  concurrency=C, max_steps=MAX_STEPS, progress=False)
+        res = await run_inference(questions, trees_dir=world/'trees', provider=p, log=log, run_id='soak',
+                                  skills_dir=project_root()/'prompts'/'skills', concurrency=C, max_steps=MAX_STEPS,
+                                  progress=False)
         wall = time.perf_counter() - t0
         # every endpoint slot is free again: all C can be taken without waiting
         slots = endpoint_slots(base_url, C)
@@ -114,7 +128,9 @@ def test_soak_2000_questions_at_concurrency_64(jitter_server, tmp_path):
         fds1, threads1, server_threads1 = me.num_fds(), threading.active_count(), server.num_threads()
         names1 = {t.name for t in threading.enumerate()}  # tqdm starts one monitor thread per process, once
         open_client, open_server = tcp_to(port), tcp_to(port, server.pid)
-        if (open_client, open_server) == (0, 0) and server_threads1 <= server_threads0 + 1 and fds1 <= fds0 + 2 or time.monotonic() > deadline: break
+        if ((open_client, open_server) == (0, 0) and server_threads1 <= server_threads0 + 1 and fds1 <= fds0 + 2
+            or time.monotonic() > deadline):
+            break
         time.sleep(0.1)
     calls = sum(len(json.loads(s)) for s in log.predictions('soak')['steps_json'])
     integrity = log.query('PRAGMA integrity_check').item()
@@ -125,7 +141,8 @@ def test_soak_2000_questions_at_concurrency_64(jitter_server, tmp_path):
     # no leak: tasks, slots (checked inside the run), connections, threads, file descriptors
     assert pending == []
     assert open_client == 0 and open_server == 0, (open_client, open_server)
-    assert threads1 - ('tqdm_monitor' in names1) == threads0 - ('tqdm_monitor' in names0) and server_threads1 <= server_threads0 + 1, (threads0, threads1, server_threads0, server_threads1)
+    assert (threads1 - ('tqdm_monitor' in names1) == threads0 - ('tqdm_monitor' in names0) and server_threads1
+            <= server_threads0 + 1), (threads0, threads1, server_threads0, server_threads1)
     assert fds1 <= fds0 + 2, (fds0, fds1)
     # memory is bounded: a modest peak, and no growth from the first half of the run to the second
     mb = [r / 2**20 for _, r in rss.samples]
@@ -136,7 +153,10 @@ def test_soak_2000_questions_at_concurrency_64(jitter_server, tmp_path):
     per_q = calls / N
     ideal = C / (LATENCY_S * per_q)
     ratio = (N / wall) / ideal
-    print(f'\n[soak] N={N} C={C} L={LATENCY_S}±{JITTER_S}s calls/q={per_q:.2f} wall={wall:.1f}s q/s={N/wall:.1f} ideal={ideal:.1f} '
+    print(f'\n[soak] N={N} C={C} L={LATENCY_S}±{JITTER_S}s calls/q={per_q:.2f} wall={wall:.1f}s q/s={N/wall:.1f} '
+          f'ideal={ideal:.1f} '
           f'ratio={ratio:.3f} peak_rss={peak:.0f}MB (2nd quarter {first:.0f}MB, last quarter {last:.0f}MB, '
-          f'ru_maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024:.0f}MB) fds {fds0}->{fds1} threads {threads0}->{threads1} '
-          f'server threads {server_threads0}->{server_threads1} harness cpu/call={1000*cpu/calls:.1f}ms server cpu/call={1000*server_cpu/calls:.1f}ms')
+          f'ru_maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024:.0f}MB) '
+          f'fds {fds0}->{fds1} threads {threads0}->{threads1} '
+          f'server threads {server_threads0}->{server_threads1} harness cpu/call={1000*cpu/calls:.1f}ms server '
+          f'cpu/call={1000*server_cpu/calls:.1f}ms')

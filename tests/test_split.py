@@ -1,4 +1,5 @@
-"Split stage: byte-reproducible pools on the demo world, seeds, clear failures with no pools written, and property tests of the six checks."
+("Split stage: byte-reproducible pools on the demo world, seeds, clear failures with no pools written, "
+ "and property tests of the six checks.")
 import asyncio, json, random
 from collections import Counter
 from pathlib import Path
@@ -11,8 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from treetrm.core import ConfigError, DataError, TreeTrmError, project_root, read_json, sha256_file
 from treetrm.data import Question, load_questions
 from treetrm.log import HarnessLog
-from treetrm.train.split import (POOLS, build_split, check_split, has_pools, load_split, load_split_config,
-                           pools_bytes, run_split)
+from treetrm.train.split import POOLS, build_split, check_split, load_split_config
+from treetrm.train.pools import has_pools, load_split, pools_bytes, run_split
 
 ROOT = project_root()
 DEMO = ROOT/'data'/'demo'
@@ -22,7 +23,8 @@ CONFIG = dict(seed=0, test_ratio=0.3, epsilon=0.1, report_floor=20, floor_k={'Co
 
 
 def stage(world, **kw):
-    return dict(questions_path=world/'questions.jsonl', trees_dir=world/'trees', skills_dir=SKILLS, **make_providers('sim', world), progress=False, **kw)
+    return dict(questions_path=world/'questions.jsonl', trees_dir=world/'trees', skills_dir=SKILLS,
+                **make_providers('sim', world), progress=False, **kw)
 
 
 @pytest.fixture(scope='module')
@@ -36,7 +38,8 @@ def demo_run(tmp_path_factory):
 def test_demo_split_is_byte_reproducible(demo_run, tmp_path):
     ws, split = demo_run
     log = HarnessLog(ws/'harness.db')  # same baseline and signals: everything resumes, nothing is re-run
-    again = asyncio.run(run_split(tmp_path/'ws2', config=CONFIG, log=log, generated_at='2001-01-01T00:00:00+00:00', **stage(DEMO)))
+    again = asyncio.run(run_split(tmp_path/'ws2', config=CONFIG, log=log, generated_at='2001-01-01T00:00:00+00:00',
+                                  **stage(DEMO)))
     assert (ws/'pools'/'pools.json').read_bytes() == (tmp_path/'ws2'/'pools'/'pools.json').read_bytes()
     assert again == split
     manifest = read_json(ws/'pools'/'split_manifest.json')
@@ -59,7 +62,8 @@ def test_small_world_from_scratch_is_reproducible(tmp_path):
 
 def signals_of(ws, split):
     log = HarnessLog(ws/'harness.db')
-    return log.frame('diagnosis_signals', split.baseline_run_id, diag_fingerprint=split.diag_fingerprint), log.predictions(split.baseline_run_id)
+    return log.frame('diagnosis_signals', split.baseline_run_id,
+                     diag_fingerprint=split.diag_fingerprint), log.predictions(split.baseline_run_id)
 
 
 def test_other_seed_gives_another_valid_split(demo_run):
@@ -82,15 +86,18 @@ def test_other_seed_gives_another_valid_split(demo_run):
 def test_impossible_settings_say_what_to_change_and_write_no_pools(demo_run, tmp_path, change, knob):
     ws, _ = demo_run
     with pytest.raises(ConfigError) as e:
-        asyncio.run(run_split(tmp_path/'ws', config={**CONFIG, **change}, log=HarnessLog(ws/'harness.db'), **stage(DEMO)))
+        asyncio.run(run_split(tmp_path/'ws', config={**CONFIG, **change}, log=HarnessLog(ws/'harness.db'),
+                              **stage(DEMO)))
     assert knob in str(e.value)
     assert not (tmp_path/'ws'/'pools').exists() and not has_pools(tmp_path/'ws')
 
 
 def test_config_keys_are_all_required_and_known(tmp_path):
     for k in CONFIG:
-        with pytest.raises(ConfigError, match=f"missing key '{k}'"): load_split_config({x: v for x, v in CONFIG.items() if x != k})
-    with pytest.raises(ConfigError, match="unknown key 'epsilon_test'"): load_split_config({**CONFIG, 'epsilon_test': 0.1})
+        with pytest.raises(ConfigError, match=f"missing key '{k}'"):
+            load_split_config({x: v for x, v in CONFIG.items() if x != k})
+    with pytest.raises(ConfigError, match="unknown key 'epsilon_test'"):
+        load_split_config({**CONFIG, 'epsilon_test': 0.1})
     (tmp_path/'c.yaml').write_text('seed: 1\ntest_ratio: 0.3\n')
     with pytest.raises(ConfigError, match='c.yaml'): load_split_config(tmp_path/'c.yaml')
 
@@ -99,7 +106,8 @@ def test_dry_run_calls_no_model_and_writes_nothing(tmp_path):
     class NoCalls:
         model = 'no-calls'
         async def chat(self, *a, **k): raise AssertionError('dry_run called a model')
-    plan = asyncio.run(run_split(tmp_path/'ws', config=CONFIG, dry_run=True, **{**stage(DEMO), 'agent': NoCalls(), 'judge': NoCalls()}))
+    plan = asyncio.run(run_split(tmp_path/'ws', config=CONFIG, dry_run=True,
+                                 **{**stage(DEMO), 'agent': NoCalls(), 'judge': NoCalls()}))
     assert plan.n_videos == 50 and 'no-calls' in plan.diag_fingerprint and not (tmp_path/'ws').exists()
 
 
@@ -120,9 +128,12 @@ def benchmarks(draw):
                          difficulty=draw(st.sampled_from(LEVELS + (None,))))
             qs.append(q)
             tier = draw(st.sampled_from((None, None, 'T0', 'T1', 'T2', 'T2')))
-            if tier: sig.append(dict(run_id='b', question_id=q.question_id, diag_fingerprint='fp', tier=tier, infra=tier == 'T0', degraded=False))
-    cfg = dict(seed=draw(st.integers(0, 3)), test_ratio=draw(st.sampled_from((0.2, 0.3, 0.5))), epsilon=draw(st.sampled_from((0.1, 0.2, 0.4))),
-               report_floor=draw(st.integers(1, 8)), floor_k={t: draw(st.integers(0, 3)) for t in draw(st.sets(st.sampled_from(TYPES), max_size=2))},
+            if tier:
+                sig.append(dict(run_id='b', question_id=q.question_id, diag_fingerprint='fp', tier=tier,
+                                infra=tier == 'T0', degraded=False))
+    cfg = dict(seed=draw(st.integers(0, 3)), test_ratio=draw(st.sampled_from((0.2, 0.3, 0.5))),
+               epsilon=draw(st.sampled_from((0.1, 0.2, 0.4))), report_floor=draw(st.integers(1, 8)),
+               floor_k={t: draw(st.integers(0, 3)) for t in draw(st.sets(st.sampled_from(TYPES), max_size=2))},
                val_ratio=draw(st.sampled_from((0.3, 0.5))), val_wrong_min=draw(st.integers(0, 3)))
     return qs, sig, cfg
 
@@ -138,7 +149,8 @@ def test_build_split_keeps_its_six_promises(case):
     qs, sig, cfg = case
     try: split = build_split(qs, sig, config=cfg)
     except (ConfigError, DataError) as e:
-        assert str(e) and any(w in str(e) for w in ('floor_k', 'epsilon', 'val_wrong_min', 'test_ratio', 'empty', 'videos'))
+        assert (str(e)
+                and any(w in str(e) for w in ('floor_k', 'epsilon', 'val_wrong_min', 'test_ratio', 'empty', 'videos')))
         return
     by_id = {q.question_id: q for q in qs}
     pool_of = {a.question_id: a.pool for a in split.assignments}
@@ -162,7 +174,8 @@ def test_build_split_keeps_its_six_promises(case):
     assert sum(p == 'validation' and tiers.get(q) in ('T1', 'T2') for q, p in pool_of.items()) >= cfg['val_wrong_min']
     # 6. deterministic, whatever the order the inputs come in
     shuffled_q, shuffled_s = qs[:], sig[:]
-    random.Random(1).shuffle(shuffled_q); random.Random(2).shuffle(shuffled_s)
+    random.Random(1).shuffle(shuffled_q)
+    random.Random(2).shuffle(shuffled_s)
     assert pools_bytes(build_split(shuffled_q, shuffled_s, config=cfg)) == pools_bytes(split)
 
 

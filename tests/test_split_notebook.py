@@ -1,4 +1,5 @@
-"The split stage notebook runs through papermill on a small sim world and writes checked, reproducible pools into its workspace."
+("The split stage notebook runs through papermill on a small sim world and writes checked, "
+ "reproducible pools into its workspace.")
 import json
 
 import papermill as pm
@@ -8,14 +9,17 @@ from treetrm.core import ConfigError, project_root, read_json, sha256_file
 from treetrm.sim.world import make_world
 from treetrm.log import HarnessLog
 from treetrm.llm.backends import make_providers
-from treetrm.train.split import POOLS, load_split
+from treetrm.train.split import POOLS
+from treetrm.train.pools import load_split
 
 ROOT = project_root()
 NB = ROOT/'nbs'/'split.ipynb'
 
 
 def sim_agent_available() -> bool:
-    try: make_providers('sim', roles=('agent',)); return True
+    try:
+        make_providers('sim', roles=('agent',))
+        return True
     except ConfigError: return False
 
 
@@ -55,5 +59,6 @@ def test_split_notebook_writes_pools(tmp_path):
     assert (pools/'pools.json').read_bytes() == (tmp_path/'ws2'/'pools'/'pools.json').read_bytes()
     dry = run(tmp_path, 'dry', **params(tmp_path/'ws3', world, dry_run=True))
     assert not (tmp_path/'ws3'/'pools').exists()  # a dry run freezes no pools and calls no model
-    with HarnessLog(tmp_path/'ws3'/'harness.db') as log: assert log.frame('llm_calls').height == 0 and log.frame('predictions').height == 0
+    with HarnessLog(tmp_path/'ws3'/'harness.db') as log:
+        assert log.frame('llm_calls').height == 0 and log.frame('predictions').height == 0
     assert 'split plan' in json.dumps(dry['cells'])

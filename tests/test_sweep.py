@@ -1,4 +1,5 @@
-"A sweep of training runs from one split gives the same rows in this process and in worker processes; an interrupted sweep resumes without re-running finished runs; a run trains in its own copy of the base workspace."
+("A sweep of training runs from one split gives the same rows in this process and in worker processes; "
+ "an interrupted sweep resumes without re-running finished runs; a run trains in its own copy of the base workspace.")
 import asyncio, json
 from pathlib import Path
 
@@ -24,7 +25,8 @@ def serial(tmp_path_factory):
 def test_each_run_trains_in_its_own_copy_of_one_split(serial):
     frame, work = serial
     assert frame['run'].to_list() == list(RUNS) and frame['seed_accuracy'].n_unique() == 1  # one baseline for all
-    pools = {p.read_bytes() for p in (work/'runs').glob('*/pools/pools.json')} | {(work/'base'/'pools'/'pools.json').read_bytes()}
+    pools = ({p.read_bytes() for p in (work/'runs').glob('*/pools/pools.json')}
+             | {(work/'base'/'pools'/'pools.json').read_bytes()})
     assert len(pools) == 1  # every copy holds the base's frozen pools
     for name in RUNS:  # each workspace holds its run and no other
         assert sorted(p.name for p in (work/'runs'/name/'runs').iterdir() if p.is_dir()) == [name]
@@ -39,7 +41,7 @@ def test_worker_processes_give_the_serial_rows(serial, tmp_path):
     assert rows(asyncio.run(sweep(RUNS, tmp_path, config=CONFIG, processes=2, verbose=False))).equals(rows(serial[0]))
 
 
-async def when(condition, timeout: float = 300):
+async def when(condition, timeout: float = 1200):
     "Wait until `condition()` holds (a guard against a hang, not a speed claim)."
     t0 = asyncio.get_running_loop().time()
     while not condition():

@@ -1,4 +1,5 @@
-"The hard call budget: every role counts, nothing runs past it, the cut step leaves nothing behind, and a resumed run keeps counting."
+("The hard call budget: every role counts, nothing runs past it, the cut step leaves nothing behind, "
+ "and a resumed run keeps counting.")
 import asyncio
 import polars as pl
 import pytest
@@ -15,12 +16,15 @@ SPLIT = dict(DEFAULT_GRID_SPLIT, val_wrong_min=2)
 
 def _runner(tmp_path, world, max_calls, deliver='current'):
     roles = {'agent': SimAgent(world, 0, one_call=True), 'judge': SimJudge(world, 0), 'evolver': SimEvolver(world, 0)}
-    cfg = dict(epochs=50, patience=50, min_ladder_units=4, max_calls=max_calls, deliver=deliver, batch=dict(batch_size=8, min_class=4, correct_ratio=0.2))
-    return Runner(tmp_path/'ws', data_dir=world, config=cfg, split_config=SPLIT, concurrency=4, providers=roles, progress=False)
+    cfg = dict(epochs=50, patience=50, min_ladder_units=4, max_calls=max_calls, deliver=deliver,
+               batch=dict(batch_size=8, min_class=4, correct_ratio=0.2))
+    return Runner(tmp_path/'ws', data_dir=world, config=cfg, split_config=SPLIT, concurrency=4, providers=roles,
+                  progress=False)
 
 @pytest.fixture(scope='module')
 def world(tmp_path_factory):
-    return make_world(tmp_path_factory.mktemp('budget')/'world', seed=2, n_videos=16, profile='realistic', questions_per_video=GRID_TYPES)
+    return make_world(tmp_path_factory.mktemp('budget')/'world', seed=2, n_videos=16, profile='realistic',
+                      questions_per_video=GRID_TYPES)
 
 def _training_calls(r, rid):
     return r.run_calls(rid).filter(~pl.col('run_id').str.ends_with(FINAL_TEST))
@@ -35,7 +39,8 @@ def test_budget_binds_every_role(tmp_path, world, limit):
     spent = [d for d in res.state.decisions if d['kind'] == 'budget']
     assert len(spent) == 1 and spent[0]['decision'] == 'spent' and spent[0]['calls'] == limit
     assert res.metrics['delivered_version'] == res.state.skills_current  # deliver='current'
-    assert r.log.predictions(TrainRunId(res.internal_run_id).final_test()).height == len(r.pool('test'))  # the final test is outside the budget
+    # the final test is outside the budget
+    assert r.log.predictions(TrainRunId(res.internal_run_id).final_test()).height == len(r.pool('test'))
     again = asyncio.run(r.train('b', acceptance='greedy'))
     assert again.resumed_finished and _training_calls(r, res.internal_run_id).height == limit
 
@@ -57,7 +62,8 @@ def test_budget_is_refused_before_the_call():
         rows = []
         p = RecordedProvider(SimEcho(), 'agent', rows.append)
         msgs = [{'role': 'user', 'content': 'hi'}]
-        asyncio.run(p.chat(msgs)); asyncio.run(p.chat(msgs))
+        asyncio.run(p.chat(msgs))
+        asyncio.run(p.chat(msgs))
         with pytest.raises(BudgetError): asyncio.run(p.chat(msgs))
         assert len(rows) == 2 and b.used == 2
     finally: CALL_BUDGET.reset(token)

@@ -1,4 +1,6 @@
-"The three stage notebooks run through papermill on a small sim world — split, then train, then eval — and leave their artifacts: pools, checkpoint, metrics.json, skills versions, figures, and the reports in the output notebooks."
+("The three stage notebooks run through papermill on a small sim world — split, then train, "
+ "then eval — and leave their artifacts: pools, checkpoint, metrics.json, skills versions, figures, "
+ "and the reports in the output notebooks.")
 import json
 
 import papermill as pm
@@ -6,14 +8,15 @@ import pytest
 
 from treetrm.core import project_root, read_json
 from treetrm.sim.world import make_world
-from treetrm.agent.skills import VersionStore, load_manifest
+from treetrm.agent.versions import VersionStore, load_manifest
 
 ROOT = project_root()
 NBS = ROOT/'nbs'
 
 
 def run(nb, out, **params):
-    pm.execute_notebook(str(NBS/nb), str(out), parameters=params, kernel_name='python3', cwd=str(NBS), progress_bar=False)
+    pm.execute_notebook(str(NBS/nb), str(out), parameters=params, kernel_name='python3', cwd=str(NBS),
+                        progress_bar=False)
     return json.loads(out.read_text())
 
 
@@ -36,18 +39,20 @@ def test_stage_notebook_is_committed_clean(name):
 
 def test_split_train_eval(tmp_path):
     world, ws = make_world(tmp_path/'world', seed=1, n_videos=16), tmp_path/'ws'
-    run('split.ipynb', tmp_path/'split.ipynb', workspace=str(ws), data_dir=str(world), seed=0, test_ratio=0.25, epsilon=0.3,
-        report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2, concurrency=4, backend='sim')
+    run('split.ipynb', tmp_path/'split.ipynb', workspace=str(ws), data_dir=str(world), seed=0, test_ratio=0.25,
+        epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2, concurrency=4, backend='sim')
     assert (ws/'pools'/'pools.json').exists()
 
-    cfg = tmp_path/'small.yaml'  # a config file under the notebook's parameters: the file sets these, the parameters win
+    # a config file under the notebook's parameters: the file sets these, the parameters win
+    cfg = tmp_path/'small.yaml'
     cfg.write_text('train:\n  min_ladder_units: 8\n  epochs: 5\n  batch: {batch_size: 8}\n')
-    train = run('train.ipynb', tmp_path/'train.ipynb', run_id='p1', workspace=str(ws), data_dir=str(world), config=str(cfg), epochs=2,
-                concurrency=4)
+    train = run('train.ipynb', tmp_path/'train.ipynb', run_id='p1', workspace=str(ws), data_dir=str(world),
+                config=str(cfg), epochs=2, concurrency=4)
     run_dir = ws/'runs'/'p1'
     m = read_json(run_dir/'metrics.json')
     frozen = read_json(run_dir/'checkpoint.json')['state']['structural']
-    assert (frozen['config']['min_ladder_units'], frozen['config']['epochs'], frozen['config']['batch']['batch_size']) == (8, 2, 8)
+    assert ((frozen['config']['min_ladder_units'], frozen['config']['epochs'], frozen['config']['batch']['batch_size'])
+            == (8, 2, 8))
     assert frozen['skill_mode'] == 'auto' and 'train.min_ladder_units' in text_of(train)  # the resolved config is shown
     assert read_json(run_dir/'checkpoint.json')['state']['phase'] == 'done'
     assert m['run_id'] == 'p1' and len(m['epochs']) >= 1 and m['steps'] >= 1
@@ -63,15 +68,17 @@ def test_split_train_eval(tmp_path):
     assert {'.pdf', '.png', '.svg'} <= figures
     out = text_of(train)
     assert 'image/png' in out and 'text/html' in out
-    for shown in ('forecast', 'final report', 'paired_comparison', 'decision_log', 'confirmed acceptances by rule kind'):
+    for shown in ('forecast', 'final report', 'paired_comparison', 'decision_log',
+                  'confirmed acceptances by rule kind'):
         assert shown in out, shown
 
     # the same call again reports the finished run without retraining it
-    again = run('train.ipynb', tmp_path/'again.ipynb', run_id='p1', workspace=str(ws), data_dir=str(world), config=str(cfg), epochs=2,
-                concurrency=4)
+    again = run('train.ipynb', tmp_path/'again.ipynb', run_id='p1', workspace=str(ws), data_dir=str(world),
+                config=str(cfg), epochs=2, concurrency=4)
     assert read_json(run_dir/'metrics.json') == m and 'final report' in text_of(again)
 
-    ev = run('eval.ipynb', tmp_path/'eval.ipynb', workspace=str(ws), data_dir=str(world), skills_version='best', pool='test', concurrency=4)
+    ev = run('eval.ipynb', tmp_path/'eval.ipynb', workspace=str(ws), data_dir=str(world), skills_version='best',
+             pool='test', concurrency=4)
     out = text_of(ev)
     assert 'p_mcnemar' in out and 'ci_low' in out and 'image/png' in out
     assert {p.suffix for p in (ws/'figures').glob(f'accuracy_test_{m["best_version"]}.*')} == {'.pdf', '.png', '.svg'}

@@ -1,4 +1,5 @@
-"Training killed with SIGKILL at several points resumes, with the same run_id, to the same decisions, skills and metrics as an uninterrupted run — and never re-runs an answer that was already persisted."
+("Training killed with SIGKILL at several points resumes, with the same run_id, to the same decisions, "
+ "skills and metrics as an uninterrupted run — and never re-runs an answer that was already persisted.")
 import json, os, shutil, signal, sqlite3, subprocess, sys
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from treetrm.llm.backends import make_providers
 ws, world, record, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 SPLIT = dict(seed=0, test_ratio=0.25, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2)
 CFG = dict(epochs=2, min_ladder_units=8, batch=dict(batch_size=8, min_class=2, correct_ratio=0.2))
-kill_call, kill_event, kill_nth = int(os.environ.get('KILL_AGENT_CALL', '0')), os.environ.get('KILL_EVENT', ''), int(os.environ.get('KILL_NTH', '1'))
+kill_call, kill_event, kill_nth = (int(os.environ.get('KILL_AGENT_CALL', '0')), os.environ.get('KILL_EVENT', ''),
+                                   int(os.environ.get('KILL_NTH', '1')))
 
 class Agent:
     "The sim agent, counting its calls, logging each conversation's first turn, and killing the process at call N."
@@ -28,7 +30,9 @@ class Agent:
     async def chat(self, messages, **kw):
         self.n += 1
         if self.n == kill_call: os.kill(os.getpid(), signal.SIGKILL)
-        self.out.write(json.dumps({'run': current_run_id(), 'first': len(messages) == 2, 'user': messages[1]['content']}) + '\n'); self.out.flush()
+        self.out.write(json.dumps({'run': current_run_id(), 'first': len(messages) == 2,
+                                   'user': messages[1]['content']}) + '\n')
+        self.out.flush()
         return await self.inner.chat(messages, **kw)
 
 seen = []
@@ -51,7 +55,8 @@ def drive(tmp, ws, world, what, record, **env):
     script = tmp/'driver.py'
     if not script.exists(): script.write_text(DRIVER)
     e = {**os.environ, **{k: str(v) for k, v in env.items()}, 'TREETRM_ROOT': str(ROOT)}
-    p = subprocess.run([sys.executable, str(script), str(ws), str(world), str(record), what], env=e, capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, str(script), str(ws), str(world), str(record), what], env=e,
+                       capture_output=True, text=True, timeout=120)
     return p
 
 
@@ -85,7 +90,8 @@ def base(tmp_path_factory):
     world = make_world(tmp/'world', seed=1, n_videos=16)
     p = drive(tmp, tmp/'base', world, 'split', tmp/'split.jsonl')
     assert p.returncode == 0, p.stderr[-3000:]
-    ref_ws = tmp/'ref'; shutil.copytree(tmp/'base', ref_ws)
+    ref_ws = tmp/'ref'
+    shutil.copytree(tmp/'base', ref_ws)
     ref = metrics_of(drive(tmp, ref_ws, world, 'train', tmp/'ref.jsonl'))
     calls = len(Path(tmp/'ref.jsonl').read_text().splitlines())
     return tmp, world, ref, ref_ws, calls
@@ -100,7 +106,8 @@ KILLS = {'after_rollout': dict(KILL_EVENT='rollout_done', KILL_NTH=2),
 @pytest.mark.parametrize('point', list(KILLS))
 def test_sigkill_then_resume_matches_uninterrupted(base, point):
     tmp, world, ref, ref_ws, calls = base
-    ws = tmp/point; shutil.copytree(tmp/'base', ws)
+    ws = tmp/point
+    shutil.copytree(tmp/'base', ws)
     env = dict(KILLS[point])
     if 'KILL_AGENT_CALL' in env: env['KILL_AGENT_CALL'] = max(1, int(env['KILL_AGENT_CALL'] * calls))
     killed = drive(tmp, ws, world, 'train', tmp/f'{point}_1.jsonl', **env)
@@ -111,7 +118,8 @@ def test_sigkill_then_resume_matches_uninterrupted(base, point):
     resumed = metrics_of(drive(tmp, ws, world, 'train', tmp/f'{point}_2.jsonl'))
     # the same decisions, delivered skills and test metrics as the uninterrupted run
     assert resumed['decision_fingerprint'] == ref['decision_fingerprint']
-    assert resumed['test'] == ref['test'] and resumed['epochs'] == ref['epochs'] and resumed['confirmed_rules'] == ref['confirmed_rules']
+    assert (resumed['test'] == ref['test'] and resumed['epochs'] == ref['epochs'] and resumed['confirmed_rules']
+            == ref['confirmed_rules'])
     assert resumed['best_version'] == ref['best_version']
     assert best_files(ws, resumed['best_version']) == best_files(ref_ws, ref['best_version'])
     # no answer persisted before the kill was computed again after it

@@ -9,7 +9,8 @@ from treetrm.core import ConfigError, InfraError, project_root
 from treetrm.data import Question, build_units
 from treetrm.gate.ladder import Ladder
 from treetrm.core import Slots
-from treetrm.train.validate import UnitOutcome, scripted_evaluator, validate_skills_concurrent
+from treetrm.train.evaluators import UnitOutcome, scripted_evaluator
+from treetrm.train.validate import validate_skills_concurrent
 
 EDIT = {'target': '_default.md', 'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': '- Look twice.'}],
         'rationale': 'cancel test'}
@@ -36,9 +37,10 @@ async def run_and_check(workspace, evaluate, width=6, world=None, expect=None, *
     units, ladders = world or make_world()
     pool = Slots(width)
     try:
-        result = await validate_skills_concurrent({tt: EDIT for tt in TYPES}, ladders=ladders, units=units, evaluate=evaluate,
-                                                  base_skills_dir=workspace/'skills'/'v1', concurrency=pool, run_id='r',
-                                                  gate_id='g1', prompts_version='p1', **kw)
+        result = await validate_skills_concurrent({tt: EDIT for tt in TYPES}, ladders=ladders, units=units,
+                                                  evaluate=evaluate, base_skills_dir=workspace/'skills'/'v1',
+                                                  concurrency=pool, run_id='r', gate_id='g1', prompts_version='p1',
+                                                  **kw)
     except Exception as e:
         if expect is None or not isinstance(e, expect): raise
         result = e
@@ -54,7 +56,8 @@ def assert_clean(workspace, pool):
 
 def test_terminal_decision_cancels_queued_tasks(workspace):
     # the candidate fixes every unit the base gets wrong: both types confirm after min_n units of 100
-    ev = scripted_evaluator(lambda u, arm: UnitOutcome(arm == 'cand' or int(u.unit_id.split('-')[1]) % 2 == 0), random_turns())
+    ev = scripted_evaluator(lambda u, arm: UnitOutcome(arm == 'cand' or int(u.unit_id.split('-')[1]) % 2 == 0),
+                            random_turns())
     out, pool = asyncio.run(run_and_check(workspace, ev))
     assert {o.decision for o in out.values()} == {'accept_confirmed'}
     assert all(o.n_used == 20 for o in out.values())
@@ -63,7 +66,8 @@ def test_terminal_decision_cancels_queued_tasks(workspace):
     assert all(existed for *_, existed in ev.calls)
 
 def test_guard_abort_leaves_nothing(workspace):
-    ev = scripted_evaluator(lambda u, arm: UnitOutcome(False, infra=int(u.unit_id.split('-')[1]) % 5 != 0), random_turns(1))
+    ev = scripted_evaluator(lambda u, arm: UnitOutcome(False, infra=int(u.unit_id.split('-')[1]) % 5 != 0),
+                            random_turns(1))
     err, _ = asyncio.run(run_and_check(workspace, ev, expect=InfraError))
     assert 'gate round aborted' in str(err) and 'gate_guard_err=0.2' in str(err) and 'resume' in str(err)
 
@@ -86,11 +90,14 @@ def test_cancelled_caller_leaves_nothing(workspace):
     async def main():
         units, ladders = make_world()
         pool, started = Slots(6), asyncio.Event()
-        def outcome(u, arm): started.set(); return UnitOutcome(True)
+        def outcome(u, arm):
+            started.set()
+            return UnitOutcome(True)
         ev = scripted_evaluator(outcome, lambda u, arm: 50)
-        task = asyncio.create_task(validate_skills_concurrent({tt: EDIT for tt in TYPES}, ladders=ladders, units=units, evaluate=ev,
-                                                              base_skills_dir=workspace/'skills'/'v1', concurrency=pool,
-                                                              run_id='r', gate_id='g1', prompts_version='p1'))
+        task = asyncio.create_task(validate_skills_concurrent({tt: EDIT for tt in TYPES}, ladders=ladders, units=units,
+                                                              evaluate=ev, base_skills_dir=workspace/'skills'/'v1',
+                                                              concurrency=pool, run_id='r', gate_id='g1',
+                                                              prompts_version='p1'))
         for _ in range(20): await asyncio.sleep(0)
         assert (workspace/'tmp'/'candidates'/'g1').is_dir() and pool.in_use == 6
         task.cancel()

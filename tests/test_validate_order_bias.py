@@ -8,10 +8,12 @@ import pytest
 
 from treetrm.core import project_root
 from treetrm.data import Question, build_units
-from treetrm.gate.decision import GateParams, gate_decision
+from treetrm.gate.decision import GateParams
+from treetrm.gate.exits import gate_decision
 from treetrm.gate.simulate import gate_outcome_distribution
 from treetrm.gate.ladder import Ladder
-from treetrm.train.validate import UnitOutcome, scripted_evaluator, validate_skills_concurrent
+from treetrm.train.evaluators import UnitOutcome, scripted_evaluator
+from treetrm.train.validate import validate_skills_concurrent
 
 N_CALLS, TYPES_PER_CALL, LADDER = 20, 20, 60   # 400 gates per consume mode, 60-unit ladders
 P_RIGHT = 0.6                                   # both arms: same per-unit correctness probability (null world)
@@ -39,7 +41,8 @@ def sequential_decision(ladder, truth):
     w = l = 0
     for n, u in enumerate(ladder.unit_ids, 1):
         b, c = truth[(u, 'base')], truth[(u, 'cand')]
-        w += (not b) and c; l += b and not c
+        w += (not b) and c
+        l += b and not c
         if (v := gate_decision(w, l, n, len(ladder) - n)).final: return v.decision, n
 
 @pytest.fixture(scope='module')
@@ -68,7 +71,8 @@ def rate(decisions): return sum(d == 'accept_confirmed' for d in decisions) / le
 def test_ladder_order_keeps_the_false_confirm_rate_and_arrival_order_inflates_it(workspace):
     ladder = asyncio.run(run_mode(workspace, 'ladder', check_reference=2))
     arrival = asyncio.run(run_mode(workspace, 'arrival'))
-    n = len(ladder); se = math.sqrt(ALPHA*(1 - ALPHA)/n)
+    n = len(ladder)
+    se = math.sqrt(ALPHA*(1 - ALPHA)/n)
     r_ladder, r_arrival = rate(ladder), rate(arrival)
     # the sequential test's exact false-confirm chance in this world: W and L each 0.4 x 0.6 a unit (d = 0.48, q = 1/2)
     exact = gate_outcome_distribution(LADDER, 2*P_RIGHT*(1 - P_RIGHT), 0.5)[0]['accept_confirmed']   # 1.71%
@@ -80,5 +84,6 @@ def test_ladder_order_keeps_the_false_confirm_rate_and_arrival_order_inflates_it
     assert abs(r_ladder - exact) <= 3*se_exact, f'ladder-order false-confirm rate {r_ladder:.3f}, exact {exact:.3f}'
     pooled = (r_ladder + r_arrival)/2
     z = (r_arrival - r_ladder)/math.sqrt(2*pooled*(1 - pooled)/n)
-    assert r_arrival > ALPHA + 3*se and z > 5, f'arrival order shows no clear inflation: {r_arrival:.3f} vs {r_ladder:.3f} (z={z:.1f})'
+    assert (r_arrival > ALPHA + 3*se
+            and z > 5), f'arrival order shows no clear inflation: {r_arrival:.3f} vs {r_ladder:.3f} (z={z:.1f})'
     assert not list((workspace/'tmp'/'candidates').iterdir())

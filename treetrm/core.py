@@ -6,16 +6,17 @@
 from __future__ import annotations
 import ast, asyncio, collections, contextlib, hashlib, importlib, json, os, shutil, sqlite3, tempfile, time
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 import yaml
 
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count',
+__all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count', 'Budget',
            'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'parse_yaml', 'read_yaml',
            'parse_parameter', 'parameter_value', 'atomic_write_bytes', 'atomic_write_text', 'sweep_temp_files',
-           'canonical_json', 'atomic_write_json', 'read_json', 'file_identity', 'folder_listing', 'connect_wal',
-           'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed', 'Slots']
+           'canonical_json', 'atomic_write_json', 'read_json', 'read_utf8', 'file_identity', 'folder_listing',
+           'connect_wal', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed', 'Slots']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -52,6 +53,13 @@ def check_count(value, # the value to check
     return value
 
 # %% ../nbs/00_core.ipynb #66ceafda
+@runtime_checkable
+class Budget(Protocol):
+    "What a call budget provides: `take(n)` counts `n` calls about to be made, or raises `BudgetError` counting none."
+    def take(self, n:int=1) -> int:
+        "Count `n` calls about to be made and return the count so far; `BudgetError` when they do not fit."
+        ...
+
 class CallBudget:
     "A hard limit on model calls: `take()` counts one call, or raises `BudgetError` once `limit` calls were made."
     def __init__(self, limit:int|None, # calls allowed (None: no limit, only counting)
@@ -60,9 +68,13 @@ class CallBudget:
             used, 'used', minimum=0)
 
     @property
-    def left(self) -> int|None: return None if self.limit is None else max(0, self.limit - self.used)
+    def left(self) -> int|None:
+        "Calls still allowed (None: no limit)."
+        return None if self.limit is None else max(0, self.limit - self.used)
     @property
-    def spent(self) -> bool: return self.limit is not None and self.used >= self.limit
+    def spent(self) -> bool:
+        "Whether no call is left."
+        return self.limit is not None and self.used >= self.limit
 
     def take(self, n:int=1) -> int:
         "Count `n` calls about to be made; `BudgetError` (and nothing counted) when they do not fit."
@@ -269,6 +281,21 @@ def read_json(path:str|Path):
         raise DataError(where(f'invalid JSON: {e.msg}', 'Fix the JSON syntax', file=path, line=e.lineno,
                               column=e.colno)) from None
 
+# %% ../nbs/00_core.ipynb #5f692075
+def read_utf8(path:Path # a data file a user gave
+             ) -> str:
+    "The UTF-8 text of `path`; a missing, empty or non-UTF-8 file is a DataError."
+    try: data = path.read_bytes()
+    except FileNotFoundError: raise DataError(where('file not found', 'Check the path', file=path)) from None
+    if not data.strip():
+        raise DataError(where('file is empty', 'Point at a file that holds data, or regenerate it', file=path))
+    try:
+        return data.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise DataError(
+            where(f'file is not UTF-8 (byte {e.start})', 'Re-save it as UTF-8', file=path,
+                  row=data[:e.start].count(b'\n') + 1)) from None
+
 # %% ../nbs/00_core.ipynb #90f85429
 def file_identity(path:str|Path) -> tuple:
     "What tells an unchanged file without reading it: inode, size, modification time (ns)."
@@ -308,14 +335,16 @@ def connect_wal(path:str|Path, # the database file; made when missing
         raise
 
 # %% ../nbs/00_core.ipynb #929a812f
-def sha256_bytes(data:bytes) -> str: return hashlib.sha256(data).hexdigest()
+def sha256_bytes(data:bytes) -> str:
+    "sha256 hex digest of `data`."
+    return hashlib.sha256(data).hexdigest()
+
 def sha256_text(text: str) -> str:
     "sha256 hex digest of UTF-8 text."
-
     return sha256_bytes(text.encode('utf-8'))
+
 def sha256_json(obj) -> str:
     "sha256 of the canonical JSON of `obj`."
-
     return sha256_text(canonical_json(obj))
 
 def sha256_file(path:str|Path) -> str:
@@ -339,9 +368,13 @@ class Slots:
 
     def __repr__(self): return f'Slots(width={self.width}, free={self.free}, waiting={self.waiting})'
     @property
-    def in_use(self) -> int: return self.width - self.free
+    def in_use(self) -> int:
+        "Slots held now."
+        return self.width - self.free
     @property
-    def waiting(self) -> int: return len(self._waiters)
+    def waiting(self) -> int:
+        "Requests queued for slots."
+        return len(self._waiters)
 
 # %% ../nbs/00_core.ipynb #89506e0c
 def _check_request(slots:Slots, n:int):

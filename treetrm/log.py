@@ -4,209 +4,20 @@
 
 # %% ../nbs/02_log.ipynb #e0e18457
 from __future__ import annotations
-import asyncio, json, math, sqlite3, threading, uuid
+import asyncio, json, sqlite3, threading, uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 import polars as pl
 from fastcore.basics import patch
-from .core import ConfigError, DataError, InfraError, canonical_json, connect_wal, where
+from .core import ConfigError, DataError, InfraError, canonical_json, where
 from .data import skill_slug
+from .log_schema import (KINDS, TABLES, Table, table_spec, check_columns, encode_value, encode_row, utc_now,
+                                connect, ensure_schema)
 
 # %% auto #0
-__all__ = ['SCHEMA_VERSION', 'KINDS', 'TABLES', 'ENCODERS', 'GATE_RUN_MARK', 'FINAL_TEST', 'CALL_STATUSES', 'NO_REPLY_STATUSES',
-           'Table', 'schema_frame', 'table_spec', 'create_sql', 'encode_value', 'utc_now', 'encode_row', 'connect',
-           'ensure_schema', 'HarnessLog', 'insert_sql', 'finish_in_thread', 'rows_frame', 'RunRecord', 'check_run_id',
-           'gate_id', 'glob_literal', 'TrainRunId', 'record_call_sql']
-
-# %% ../nbs/02_log.ipynb #72ca5c7c
-SCHEMA_VERSION = 1 # stored in the database header (`PRAGMA user_version`)
-
-KINDS = {'TEXT': ('TEXT', pl.String), 'INTEGER': ('INTEGER', pl.Int64), 'REAL': ('REAL', pl.Float64),
-         'BOOL': ('INTEGER', pl.Int64), 'JSON': ('TEXT', pl.String)} # kind -> (SQLite type, polars storage type)
-
-@dataclass(frozen=True)
-class Table:
-    "One harness.db table: its columns (name → kind) and the natural key that makes inserts idempotent."
-    name:str # table name
-    columns:dict # column name -> one of `KINDS`
-    key:tuple # natural key: a row whose key exists is skipped on insert
-
-    def dtypes(self) -> dict:
-        "Polars dtype of each column as `frame` returns it."
-        return {c: pl.Boolean if k == 'BOOL' else KINDS[k][1] for c,k in self.columns.items()}
-
-def _table(name, key, **columns) -> Table:
-    "A `Table` whose columns start with `run_id` and end with `created_at`."
-    return Table(name, {'run_id': 'TEXT', **columns, 'created_at': 'TEXT'}, key)
-
-# %% ../nbs/02_log.ipynb #7c2e73a6
-TABLES = {
-    t.name: t
-    for t in [
-        _table('runs', ('run_id', ), kind='TEXT', skills_version='TEXT', prompts_version='TEXT', params='JSON',
-               started_at='TEXT', finished_at='TEXT', status='TEXT'),
-        _table('predictions', ('run_id', 'question_id'), question_id='TEXT', video_id='TEXT', task_type='TEXT',
-               prediction='TEXT', answer='TEXT', correct='BOOL', stop_reason='TEXT', steps_used='INTEGER',
-               tokens='INTEGER', latency='REAL', steps_json='JSON'),
-        _table('traces', ('run_id', 'question_id',
-                          'step'), question_id='TEXT', step='INTEGER', role='TEXT', content='JSON'),
-        _table('llm_calls', ('call_id', ), call_id='TEXT', role='TEXT', model='TEXT', prompt_tokens='INTEGER',
-               completion_tokens='INTEGER', latency_s='REAL', status='TEXT', attempt='INTEGER', cache_hit='BOOL',
-               cost='REAL', error='TEXT', extra='JSON'),
-        _table('diagnosis_signals', ('question_id', 'run_id',
-                                     'diag_fingerprint'), question_id='TEXT', diag_fingerprint='TEXT', tier='TEXT',
-               error_type='TEXT', cause='TEXT', evolution_target='TEXT', degraded='BOOL', infra='BOOL', payload='JSON'),
-        _table('gate_evidence', ('run_id', 'gate_id', 'unit_id'), gate_id='TEXT', task_type='TEXT', unit_id='TEXT',
-               rank='INTEGER', base_correct='BOOL', cand_correct='BOOL', w='INTEGER', l='INTEGER', n_used='INTEGER',
-               e_value='REAL', e_value_harm='REAL', decision='TEXT'),
-        _table('quadrant_pairs', ('run_id', 'gate_id',
-                                  'unit_id'), gate_id='TEXT', task_type='TEXT', unit_id='TEXT', quadrant='TEXT'),
-        _table('dual_metric', ('run_id', 'scope', 'task_type'), scope='TEXT', task_type='TEXT', skills_version='TEXT',
-               n_questions='INTEGER', question_correct='INTEGER', question_accuracy='REAL', n_units='INTEGER',
-               unit_correct='INTEGER', unit_accuracy='REAL'),
-        _table('shadow_gate', (
-            'run_id', 'gate_id', 'task_type',
-            'rule'), gate_id='TEXT', task_type='TEXT', rule='TEXT', decision='TEXT', n_used='INTEGER', detail='JSON'),
-        _table('holdout_eval', ('run_id', 'skills_version',
-                                'question_id'), question_id='TEXT', skills_version='TEXT', video_id='TEXT',
-               task_type='TEXT', unit_id='TEXT', prediction='TEXT', answer='TEXT', correct='BOOL', stop_reason='TEXT'),
-    ]
-}
-
-# %% ../nbs/02_log.ipynb #777766a5
-def schema_frame() -> pl.DataFrame:
-    "The harness.db schema: one row per (table, column) with its kind and whether it is part of the key."
-    return pl.DataFrame([dict(table=t.name, column=c, kind=k, key=c in t.key)
-                         for t in TABLES.values() for c,k in t.columns.items()])
-
-# %% ../nbs/02_log.ipynb #c767e3bb
-def table_spec(table:str # a table name from `TABLES`
-              ) -> Table:
-    "The `Table` called `table`, or a `ConfigError` naming it."
-    if table not in TABLES:
-        raise ConfigError(where(f'unknown harness.db table {table!r}', f'Use one of: {", ".join(TABLES)}', table=table))
-    return TABLES[table]
-
-# %% ../nbs/02_log.ipynb #325b4b32
-def create_sql(t:Table) -> list[str]:
-    "The `CREATE TABLE/INDEX IF NOT EXISTS` statements for `t`."
-    cols = [
-        f'{c} {KINDS[k][0]}' + (' NOT NULL' if c in t.key or c == 'created_at' else '') for c, k in t.columns.items()
-    ]
-    out = [f'CREATE TABLE IF NOT EXISTS {t.name} ({", ".join(cols)}, PRIMARY KEY ({", ".join(t.key)}))']
-    if t.key[0] != 'run_id': out.append(f'CREATE INDEX IF NOT EXISTS {t.name}_run_id ON {t.name} (run_id)')
-    return out
-
-# %% ../nbs/02_log.ipynb #7aecc8db
-def _as_json(v): return v if isinstance(v, str) else canonical_json(list(v) if isinstance(v, tuple) else v)
-def _as_text(v):
-    return v if isinstance(v, str) else _as_json(v) if isinstance(v, (dict, list, tuple)) else _scalar_text(v)
-def _scalar_text(v):
-    if isinstance(v, (int, float)) and not isinstance(v, bool): return str(v)
-    raise TypeError(f'expected text, got {type(v).__name__}')
-def _as_int(v):
-    if isinstance(v, float) and v.is_integer(): return int(v)
-    if isinstance(v, int): return int(v)
-    raise TypeError(f'expected an integer, got {v!r}')
-def _as_real(v):
-    if isinstance(v, (int, float)): return float(v)
-    raise TypeError(f'expected a number, got {v!r}')
-def _as_bool(v):
-    if isinstance(v, bool) or v in (0, 1): return int(v)
-    raise TypeError(f'expected a bool, got {v!r}')
-
-ENCODERS = {'TEXT': _as_text, 'JSON': _as_json, 'INTEGER': _as_int, 'REAL': _as_real, 'BOOL': _as_bool}
-
-def encode_value(kind:str, # column kind from `KINDS`
-                 value): # a Python value; None stays NULL
-    "The SQLite value stored for `value` in a column of `kind`; `TypeError`/`ValueError` when it does not fit."
-    if hasattr(value, 'item') and not isinstance(value, (str, bytes, dict, list, tuple)):
-        value = value.item()  # numpy scalar
-    if value is None or (isinstance(value, float) and math.isnan(value) and kind != 'JSON'): return None
-    return ENCODERS[kind](value)
-
-# %% ../nbs/02_log.ipynb #5a618d8e
-def utc_now() -> str:
-    "The current UTC time as ISO-8601 text, the format of every `created_at`."
-    return datetime.now(timezone.utc).isoformat(timespec='microseconds')
-
-def _check_columns(t:Table, row:dict, i:int):
-    for c in row:
-        if c not in t.columns:
-            raise ConfigError(
-                where(f'unknown column {c!r} for table {t.name!r}', f'Known columns: {", ".join(t.columns)}',
-                      table=t.name, row=i, field=c))
-
-def _encode_field(t:Table, row:dict, i:int, c:str):
-    v = row.get(c)
-    if v is None and (c in t.key):
-        raise DataError(where('missing key field', 'Every key field needs a value', table=t.name, row=i, field=c))
-    try:
-        return encode_value(t.columns[c], v)
-    except (TypeError, ValueError) as e:
-        raise DataError(where(f'bad value ({e})', f'Give a {t.columns[c]} value', table=t.name, row=i,
-                              field=c)) from None
-
-def encode_row(t:Table, # the target table
-               row:dict, # column -> value; unknown columns are an error
-               i:int=0, # row number, for error messages
-               now:str|None=None # default `created_at`
-              ) -> tuple:
-    "The values of `row` for every column of `t`, in schema order."
-    if not isinstance(row, dict):
-        raise DataError(where(f'a row must be a dict, got {type(row).__name__}', table=t.name, row=i))
-    _check_columns(t, row, i)
-    row = {**row, 'created_at': row.get('created_at') or now or utc_now()}
-    return tuple(_encode_field(t, row, i, c) for c in t.columns)
-
-# %% ../nbs/02_log.ipynb #11a37808
-def connect(path:str|Path, # the database file
-            busy_timeout_s:float=30.0, # how long to wait for another writer before failing
-            readonly:bool=False # open read-only; the file must exist
-           ) -> sqlite3.Connection:
-    "A SQLite connection to `path` in WAL mode with a busy timeout."
-    try:
-        conn = connect_wal(path, busy_timeout_s, readonly, isolation_level=None)
-        mode = conn.execute('PRAGMA journal_mode').fetchone()[0]
-        conn.execute('PRAGMA synchronous = NORMAL')
-    except sqlite3.DatabaseError as e:
-        raise InfraError(
-            where(
-                f'cannot open harness.db ({e})',
-                'Check that the file is a SQLite database, its folder is writable and no other process keeps it locked',
-                db=path)) from None
-    if mode != 'wal' and not readonly:
-        raise InfraError(
-            where(f'harness.db could not switch to WAL mode (journal_mode={mode})',
-                  'Put the workspace on a local file system', db=path))
-    return conn
-
-# %% ../nbs/02_log.ipynb #6d8d06bc
-def _add_missing_columns(conn, t:Table):
-    have = {r[1] for r in conn.execute(f'PRAGMA table_info({t.name})')}
-    for c,k in t.columns.items():
-        if c not in have: conn.execute(f'ALTER TABLE {t.name} ADD COLUMN {c} {KINDS[k][0]}')
-
-def ensure_schema(conn:sqlite3.Connection, path:str|Path=''):
-    "Create all `TABLES` (idempotent) and record `SCHEMA_VERSION` in `PRAGMA user_version`."
-    conn.execute('BEGIN IMMEDIATE')
-    try:
-        found = conn.execute('PRAGMA user_version').fetchone()[0]
-        if found > SCHEMA_VERSION:
-            raise ConfigError(
-                where(f'harness.db has schema version {found}, this treetrm knows {SCHEMA_VERSION}', 'Upgrade treetrm',
-                      db=path))
-        for t in TABLES.values():
-            for s in create_sql(t):
-                conn.execute(s)
-            _add_missing_columns(conn, t)
-        conn.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
-    except BaseException:
-        conn.execute('ROLLBACK')
-        raise
-    conn.execute('COMMIT')
+__all__ = ['GATE_RUN_MARK', 'FINAL_TEST', 'CALL_STATUSES', 'NO_REPLY_STATUSES', 'HarnessLog', 'insert_sql', 'finish_in_thread',
+           'rows_frame', 'RunRecord', 'check_run_id', 'gate_id', 'glob_literal', 'TrainRunId', 'record_call_sql']
 
 # %% ../nbs/02_log.ipynb #c4741ef6
 class HarnessLog:
@@ -322,7 +133,7 @@ async def ainsert(self:HarnessLog, table:str, rows:list[dict]|pl.DataFrame) -> i
 # %% ../nbs/02_log.ipynb #d79535e7
 def _where_clause(t:Table, filters:dict) -> tuple[str, list]:
     "SQL `WHERE` text and parameters for equality `filters` on columns of `t`."
-    _check_columns(t, filters, None)
+    check_columns(t, filters, None)
     parts = [f'{c} IS NULL' if v is None else f'{c} = ?' for c,v in filters.items()]
     try: params = [encode_value(t.columns[c], v) for c,v in filters.items() if v is not None]
     except (TypeError, ValueError) as e: raise ConfigError(where(f'bad filter value ({e})', table=t.name)) from None
@@ -490,18 +301,38 @@ class TrainRunId:
     def attempt(cls, run_id:str, n:int) -> TrainRunId:
         "The internal id of the `n`-th attempt of the user's `run_id` (the first keeps the name)."
         return cls(run_id if n == 1 else f'{run_id}~{n}')
-    def init(self) -> str: return f'{self.rid}_init'
-    def step(self, gate_id:str) -> str: return f'{self.rid}_{gate_id}'
-    def rollout(self, gate_id:str) -> str: return f'{self.step(gate_id)}_rollout'
-    def evolve(self, gate_id:str) -> str: return f'{self.step(gate_id)}_evolve'
-    def epoch_part(self, epoch:int, part:str) -> str: return f'{self.rid}_e{epoch}_{part}'
-    def anchor(self, epoch:int, task_type:str) -> str: return self.epoch_part(epoch, f'anchor_{skill_slug(task_type)}')
-    def end(self) -> str: return f'{self.rid}_end'
-    def final_test(self) -> str: return f'{self.rid}{FINAL_TEST}'
-    def gepa(self, part:str='') -> str: return f'{self.rid}_gepa_{part}'
+    def init(self) -> str:
+        "The run of the start version's answers."
+        return f'{self.rid}_init'
+    def step(self, gate_id:str) -> str:
+        "A step's run id (the trigger of the versions it writes)."
+        return f'{self.rid}_{gate_id}'
+    def rollout(self, gate_id:str) -> str:
+        "The run of a step's rollout."
+        return f'{self.step(gate_id)}_rollout'
+    def evolve(self, gate_id:str) -> str:
+        "The run a step's evolver calls are filed under."
+        return f'{self.step(gate_id)}_evolve'
+    def epoch_part(self, epoch:int, part:str) -> str:
+        "The run of one part of an epoch end (R, R2, momentum, a prompt edit, ...)."
+        return f'{self.rid}_e{epoch}_{part}'
+    def anchor(self, epoch:int, task_type:str) -> str:
+        "The epoch-end anchor run of one task type."
+        return self.epoch_part(epoch, f'anchor_{skill_slug(task_type)}')
+    def end(self) -> str:
+        "The run of the end-of-run revert."
+        return f'{self.rid}_end'
+    def final_test(self) -> str:
+        "The run of the final test."
+        return f'{self.rid}{FINAL_TEST}'
+    def gepa(self, part:str='') -> str:
+        "The run the GEPA engine's `part` calls are filed under."
+        return f'{self.rid}_gepa_{part}'
     def gate_arm(self, gate_id:str, task_type:str, arm:str) -> str:
+        "The run of one arm of a step's gate for one task type (never feeds the ladder's p̂)."
         return f'{self.rid}{GATE_RUN_MARK}{gate_id}_{skill_slug(task_type)}_{arm}'
     def base_arm(self, view_key:str, task_type:str) -> str:
+        "The base arm's run for one task type, keyed by what the agent reads."
         return f'{self.rid}{GATE_RUN_MARK}base_{view_key[:12]}_{skill_slug(task_type)}'
 
     def calls_pattern(self) -> str:

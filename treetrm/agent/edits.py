@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, asdict
 from pathlib import Path
 from ..core import DataError, where, sha256_json
-from .skills import (FROZEN_MARK, _Span, _clean, _plain_name, _section_spans, sections,
+from .skills import (FROZEN_MARK, SectionSpan, clean_text, is_plain_name, section_spans, sections,
                             split_front_matter, parse_skill)
 
 # %% auto #0
@@ -97,7 +97,7 @@ def check_target(skill_dir:str|Path, # the version folder the edit applies to
                 ) -> Path:
     "The path of an edit's target, after checking it is an existing skill file directly inside `skill_dir`."
     hint = 'Name one skill file of the folder, e.g. counting-problem.md'
-    if not _plain_name(target) or not target.endswith('.md'):
+    if not is_plain_name(target) or not target.endswith('.md'):
         raise _reject('bad_target', f'target {target!r} is not a plain skill file name', hint, file=target,
                       field='target')
     d = Path(skill_dir).resolve()
@@ -112,12 +112,12 @@ def check_target(skill_dir:str|Path, # the version folder the edit applies to
 def _heading_key(name:str) -> str:
     return re.sub(r'\s+', ' ', name.replace(FROZEN_MARK, '').strip().lstrip('#').strip()).casefold()
 
-def _body_spans(text:str) -> list[_Span]:
+def _body_spans(text:str) -> list[SectionSpan]:
     "Section spans of a whole skill file, offsets into the file."
     block, body = split_front_matter(text)
-    return _section_spans(body, offset=len(block))
+    return section_spans(body, offset=len(block))
 
-def _find_section(text:str, name:str, file:str, field:str) -> _Span:
+def _find_section(text:str, name:str, file:str, field:str) -> SectionSpan:
     "The editable section called `name`."
     spans = _body_spans(text)
     for s in spans:
@@ -141,7 +141,7 @@ def _merge_content(old:str, new:str, append:bool) -> str:
     "Section content `old` with `new` replacing or following its text, surrounding blank lines kept."
     lead, core, trail = re.fullmatch(r'((?:[ \t]*\n)*)(.*?)(\s*)', old, re.S).groups()
     if not core: lead, trail = '', lead + trail
-    body = f'{core}\n{_clean(new)}' if append and core else _clean(new)
+    body = f'{core}\n{clean_text(new)}' if append and core else clean_text(new)
     return lead + body + (trail if '\n' in trail else '\n')
 
 def _section_op(text:str, op:EditOp, file:str, i:int) -> str:

@@ -5,13 +5,14 @@
 # %% ../../nbs/agent/04_inference.ipynb #eae72305
 from __future__ import annotations
 import asyncio, time
-from dataclasses import dataclass, asdict, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 import polars as pl
 from tqdm.auto import tqdm
 from ..core import ConfigError, DataError, BudgetError, where, stable_seed, check_count, Slots
-from ..data import Question, VideoTree, load_trees
-from ..llm.client import LLMProvider
+from ..data import Question
+from ..trees import VideoTree, load_trees
+from ..llm.protocol import LLMProvider
 from .skills import load_skill_dir
 from .navigate import AgentResult, AgentPrompts, INFRA_STOP_REASONS, run_agent, load_agent_prompts
 from ..log import HarnessLog, check_run_id
@@ -190,6 +191,24 @@ async def _run_all(todo:list[Question], trees:dict, s:InferenceSettings, log:Har
         for t in tasks: t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+def _questions_to_do(log:HarnessLog, run_id:str, questions:list[Question], retry_errors:bool
+                    ) -> tuple[list[Question], set[str]]:
+    "The questions `run_id` has no record of yet, and the ids of the errored ones answered again (`retry_errors`)."
+    retry = errored_question_ids(log, run_id, questions) if retry_errors else set()
+    done = log.done_question_ids(run_id, [q.question_id for q in questions]) - retry
+    return [q for q in questions if q.question_id not in done], retry
+
+async def _run_marked(todo:list[Question], n:int, trees:dict, s:InferenceSettings, log:HarnessLog, concurrency:int,
+                      progress:bool):
+    "Run `todo` (of `n` questions) under a progress bar; the run ends 'failed' when anything escapes, else 'finished'."
+    with tqdm(total=n, initial=n - len(todo), desc=f'infer {s.run_id}', disable=not progress) as bar:
+        try:
+            await _run_all(todo, trees, s, log, concurrency, bar)
+        except BaseException:
+            log.finish_run(s.run_id, 'failed')
+            raise
+    log.finish_run(s.run_id, 'finished')
+
 # %% ../../nbs/agent/04_inference.ipynb #301e1216
 async def run_inference(
     questions: list[Question],  # the questions to answer
@@ -220,20 +239,11 @@ async def run_inference(
     _check_questions(questions, run_id)
     s = InferenceSettings(run_id, provider, load_skill_dir(skills_dir), load_agent_prompts(prompts_dir), mode,
                           max_steps, seed, vision, temperature, seed_key)
-    retry = errored_question_ids(log, run_id, questions) if retry_errors else set()
-    done = log.done_question_ids(run_id, [q.question_id for q in questions]) - retry
-    todo = [q for q in questions if q.question_id not in done]
+    todo, retry = _questions_to_do(log, run_id, questions, retry_errors)
     trees = load_trees(trees_dir, sorted({q.video_id for q in todo})) if todo else {}
     log.start_run(run_id, kind, skills_version, prompts_version, run_params(s))
     if retry: log.drop_predictions(run_id, retry)
-    with tqdm(total=len(questions), initial=len(questions) - len(todo), desc=f'infer {run_id}',
-              disable=not progress) as bar:
-        try:
-            await _run_all(todo, trees, s, log, concurrency, bar)
-        except BaseException:
-            log.finish_run(run_id, 'failed')
-            raise
-    log.finish_run(run_id, 'finished')
+    await _run_marked(todo, len(questions), trees, s, log, concurrency, progress)
     if not summarise: return None
     result = replace(run_summary(log, run_id), n_new=len(todo))
     if result.health: print(f'WARNING: {result.health}')

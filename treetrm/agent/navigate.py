@@ -10,9 +10,11 @@ from functools import lru_cache
 from pathlib import Path
 import json_repair
 from ..core import ConfigError, InfraError, BudgetError, where, asset_dir, file_identity
-from ..data import Question, VideoTree, option_letters, option_text
-from ..llm.client import (LLMProvider, LLMResponse, ContextLengthError, json_schema_format, CHARS_PER_TOKEN,
-                         estimate_tokens)
+from ..data import Question, option_letters, option_text
+from ..trees import VideoTree
+from ..llm.protocol import LLMProvider, LLMResponse, json_schema_format
+from ..llm.costs import CHARS_PER_TOKEN, estimate_tokens
+from ..llm.client import ContextLengthError
 from .skills import Skill, route_skills
 from .tools import (TOOL_NAMES, MAX_SEARCH_K, MAX_OBSERVE_IDS, ToolError, AgentTools, normalise_answer,
                                  as_text, add_usage)
@@ -235,11 +237,17 @@ class AgentResult:
     error: str|None = None # what failed, for stop reason 'error'
 
     @property
-    def steps_used(self) -> int: return sum(s.counted for s in self.steps)
+    def steps_used(self) -> int:
+        "Tool calls that used a budget step."
+        return sum(s.counted for s in self.steps)
     @property
-    def tokens(self) -> int: return sum(self.usage.values())
+    def tokens(self) -> int:
+        "Prompt and completion tokens of the agent and vision calls."
+        return sum(self.usage.values())
     @property
-    def infra(self) -> bool: return self.stop_reason in INFRA_STOP_REASONS
+    def infra(self) -> bool:
+        "Whether the question ended on an infrastructure failure (`INFRA_STOP_REASONS`)."
+        return self.stop_reason in INFRA_STOP_REASONS
 
 # %% ../../nbs/agent/03_navigate.ipynb #4d2dd076
 ITERATION_FACTOR = 3 # model turns allowed per budget step (tool errors and retries cost turns, not budget)

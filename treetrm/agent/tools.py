@@ -11,8 +11,9 @@ import bm25s, json_repair
 import numpy as np
 from fastcore.basics import patch
 from ..core import TreeTrmError, DataError
-from ..data import Question, VideoTree, Node, LEVEL_NAMES, node_summary, node_text, frame_path, option_letters
-from ..llm.client import LLMProvider
+from ..data import Question, option_letters
+from ..trees import VideoTree, Node, LEVEL_NAMES, node_summary, node_text, frame_path
+from ..llm.protocol import LLMProvider
 from .skills import Skill, read_skill as find_skill
 
 # %% auto #0

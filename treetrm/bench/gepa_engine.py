@@ -17,10 +17,11 @@ from ..agent.navigate import INFRA_STOP_REASONS
 from ..agent.skills import DEFAULT_SKILL, skill_file
 from ..train.diagnose import diagnose, case_packs
 from ..train.evolve import propose_edits, Blacklist
-from ..train.validate import _check_plain_id
+from ..train.validate import check_plain_id
 from ..log import TrainRunId
 from ..train.calls import CURRENT_RUN, CALL_BUDGET, filed_under, call_budget
 from ..train.runner import Runner
+from ..train.workspace import AgentSetup
 
 # %% auto #0
 __all__ = ['gepa_task_types', 'seed_candidate', 'gepa_sets', 'candidate_dir', 'example_score', 'trajectories', 'WatchedBudget',
@@ -136,13 +137,19 @@ class GepaRun:
     holdout: tuple = () # validation questions kept from GEPA for a final pick
 
     @property
-    def prefix(self) -> str: return TrainRunId(self.run_id).gepa()
+    def prefix(self) -> str:
+        "The run id every model call of the engine's run is filed under."
+        return TrainRunId(self.run_id).gepa()
     @property
-    def candidates_root(self) -> Path: return self.runner.workspace/'runs'/self.run_id/'candidates'
+    def candidates_root(self) -> Path:
+        "The folder the run's candidates are materialised in."
+        return self.runner.workspace/'runs'/self.run_id/'candidates'
     def skills_dir(self, candidate:dict) -> Path:
         "The candidate's folder: its texts over the seed files."
         return candidate_dir(self.candidates_root, self.seed_files | candidate)
-    def run(self, coro): return self.loop.run_until_complete(coro)
+    def run(self, coro):
+        "Run `coro` to its end on the worker thread's loop; its result."
+        return self.loop.run_until_complete(coro)
 
 # %% ../../nbs/bench/01_gepa_engine.ipynb #c696957d
 def _evaluate(ctx:GepaRun, batch:list, candidate:dict, capture_traces:bool=False) -> EvaluationBatch:
@@ -151,7 +158,8 @@ def _evaluate(ctx:GepaRun, batch:list, candidate:dict, capture_traces:bool=False
     ctx.evaluations += 1
     unique = list({q.question_id: q for q in batch}.values())
     if not spent:
-        try: ctx.run(ctx.runner._infer(unique, rid, skills_dir=ctx.skills_dir(candidate), kind='gate', progress=False))
+        setup = AgentSetup(kind='gate', skills_dir=ctx.skills_dir(candidate), progress=False)
+        try: ctx.run(ctx.runner.answer(unique, rid, setup))
         except BudgetError: pass  # the questions left unanswered score 0
     tr = trajectories(batch, ctx.runner.log.predictions(rid), rid)
     if (spent or ctx.budget.refused > refused) and tuple(q.question_id for q in batch) == ctx.val_ids:
@@ -351,7 +359,7 @@ def run_gepa_engine(runner:Runner, # a treetrm.train.runner.Runner whose split()
                    ) -> GepaEngineResult:
     "Optimise the runner's skills with GEPA's engine within `max_calls` model calls (synchronous)."
     check_no_running_loop('run_gepa_engine')
-    _check_plain_id(run_id, 'run_id')
+    check_plain_id(run_id, 'run_id')
     check_count(max_calls, 'max_calls')
     check_count(minibatch, 'minibatch')
     types = {skill_file(t): t for t in gepa_task_types(runner)}

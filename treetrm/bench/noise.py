@@ -12,15 +12,15 @@ import polars as pl
 from tqdm.auto import tqdm
 from matplotlib.figure import Figure
 from ..core import ConfigError, where, check_count, from_root, atomic_write_json, project_root
-from ..data import (Question, VideoTree, node_text, option_letters, option_text, load_questions,
-                          load_trees)
-from ..llm.client import LLMProvider, json_schema_format, reply_json, ReplyError
+from ..data import Question, option_letters, option_text, load_questions
+from ..trees import VideoTree, node_text, load_trees
+from ..llm.protocol import LLMProvider, json_schema_format, reply_json, ReplyError
 from ..llm.config import read_settings
 from ..llm.backends import role_provider
 from ..agent.skills import Skill, route_skills, load_skill_dir
 from ..sim.world import make_world, QUESTIONS_PER_VIDEO
 from ..agent.navigate import skills_sections, run_agent
-from .. import report
+from .. import figures
 
 # %% auto #0
 __all__ = ['NULL_SENTENCE', 'REAL_SENTENCE', 'EDITS', 'ONE_CALL_SYSTEM', 'AGENTS', 'DRAW_KEYS', 'INTERVAL_RATES', 'PLOTTED',
@@ -260,8 +260,8 @@ EDIT_HATCH = {'null': '', 'real': '//'}
 def plot_noise(table:pl.DataFrame) -> Figure:
     "Per agent and temperature: run-to-run flips and the two texts' discordance, shared and independent seeds."
     groups = table.select('agent', 'temperature').unique(maintain_order=True).rows()
-    colors = report.type_colors([label for _, label in PLOTTED])
-    with report.paper_style():
+    colors = figures.type_colors([label for _, label in PLOTTED])
+    with figures.paper_style():
         fig = Figure(figsize=(3.0 * len(groups), 2.8))
         axes = fig.subplots(1, len(groups), squeeze=False).ravel()
         for ax, (agent, t) in zip(axes, groups):
@@ -277,7 +277,7 @@ def plot_noise(table:pl.DataFrame) -> Figure:
             ax.set_ylabel('share of questions')
             ax.set_title(f'{agent}, T={t:g} ({part["questions"][0]} questions)', fontsize=8)
         axes[-1].legend(fontsize=6, loc='upper left', bbox_to_anchor=(1.02, 1))
-        return report.finish_figure(fig)
+        return figures.finish_figure(fig)
 
 # %% ../../nbs/bench/03_noise.ipynb #1b9bc29e
 def noise_provider(base_url:str|None=None, # the endpoint (None: TREETRM_AGENT_BASE_URL from the environment or .env)
@@ -319,6 +319,6 @@ def write_noise(summary:dict, out:str|Path # the JSON file; relative paths resol
     "Write the summary JSON and its figure (stem.pdf/png/svg) beside it; its path."
     path = from_root(out)
     table = pl.DataFrame(summary['rows']).fill_null(float('nan'))
-    files = [p.name for p in report.save_figure(plot_noise(table), path.stem, path.parent).values()]
+    files = [p.name for p in figures.save_figure(plot_noise(table), path.stem, path.parent).values()]
     atomic_write_json(path, summary | dict(figures=files), indent=1)
     return path

@@ -15,8 +15,9 @@ from ..agent.navigate import INFRA_STOP_REASONS
 from ..llm.backends import make_providers, demo_world
 from ..llm.config import endpoint_host
 from ..executors import run_jobs, EXECUTORS
-from .loop import run_grid, cell_budget, reduced_grid, realistic_world, MIXTURES, NOISE
-from .. import report
+from .loop import run_grid
+from .grid import cell_budget, reduced_grid, realistic_world, MIXTURES, NOISE
+from .. import figures
 
 # %% auto #0
 __all__ = ['without_timings', 'scale_grids', 'timed_grid', 'ray_start_seconds', 'scaling_rows', 'grid_scaling',
@@ -245,6 +246,6 @@ def write_scale(summary:dict, out:str|Path # the JSON file; relative paths resol
                ) -> Path:
     "Write the summary JSON and its figure (stem.pdf/png/svg) beside it; its path."
     path = from_root(out)
-    files = [p.name for p in report.save_figure(plot_scale(summary), path.stem, path.parent).values()]
+    files = [p.name for p in figures.save_figure(plot_scale(summary), path.stem, path.parent).values()]
     atomic_write_json(path, summary | dict(figures=files), indent=1)
     return path

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 from ..core import ConfigError, asset_dir, where
 from ..data import load_questions
-from ..llm.client import LLMProvider, LLMResponse
+from ..llm.protocol import LLMProvider, LLMResponse
 from ..sim.video import reachable
 from ..sim.world import expected_accuracy, load_world, world_path
 from ..sim.agent import SimAgent

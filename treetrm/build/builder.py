@@ -11,8 +11,9 @@ import polars as pl
 from tqdm.auto import tqdm
 from ..core import (ConfigError, DataError, Slots, where, atomic_write_json, check_count, from_root,
                            parameter_value, read_json, sha256_file, sha256_json, sweep_temp_files)
-from ..data import load_questions, load_tree
-from ..llm.client import reply_json
+from ..data import load_questions
+from ..trees import load_tree
+from ..llm.protocol import reply_json
 from .video import (VIDEO_SUFFIXES, Cue, find_cuts, grab_frames, make_synthetic_videos, parse_subtitles,
                             probe_video, scan_video, subtitle_text)
 from .vision import (BuildLedger, VisionCaller, build_messages, card_from_reply, card_schema,
@@ -129,12 +130,16 @@ class BuildPaths:
     tree_dir: Path # <out_dir>/<video>: tree.json and frames/
     work: Path # <out_dir>/.build/<video>/<fingerprint>: plan, event frames, node checkpoints
 
-    def node(self, node_id:str) -> Path: return self.work/'nodes'/f'{node_id}.json'
+    def node(self, node_id:str) -> Path:
+        "The work file holding node `node_id`'s card once it is built."
+        return self.work/'nodes'/f'{node_id}.json'
     def frame(self, node:PlannedNode, k:int) -> Path:
         "The JPEG of frame `k` of `node`: keyframes go into the tree, event frames into the work folder."
         if node.level == 3: return self.tree_dir/'frames'/f'{node.node_id}.jpg'
         return self.work/'frames'/f'{node.node_id}_{k:02d}.jpg'
-    def frames(self, node:PlannedNode) -> list[Path]: return [self.frame(node, k) for k in range(len(node.frame_times))]
+    def frames(self, node:PlannedNode) -> list[Path]:
+        "The JPEGs of all of `node`'s frames, in time order."
+        return [self.frame(node, k) for k in range(len(node.frame_times))]
 
 # %% ../../nbs/build/02_builder.ipynb #cffb65d6
 def _plan_record(duration:float, cuts:list[float], plan:dict) -> dict:
@@ -180,13 +185,16 @@ class VideoBuild:
     params: BuildParams
     bar: object = None # a tqdm bar counting finished nodes
 
-    def subtitle(self, node:PlannedNode) -> str: return subtitle_text(self.job.cues, *node.span)
+    def subtitle(self, node:PlannedNode) -> str:
+        "The subtitle text spoken during `node`'s span."
+        return subtitle_text(self.job.cues, *node.span)
     async def ask(self, messages, images, schema:dict, node_id:str, kind:str):
         "The parsed reply object of one request (None when the reply holds no JSON object)."
         r = await self.caller.ask(messages, images, schema, video_id=self.job.video_id, node_id=node_id, kind=kind)
         try: return reply_json(r.content, f'vision reply ({kind})')
         except DataError: return None
     def bad_reply(self, node_id:str, kind:str) -> DataError:
+        "The error for a vision reply with no usable `kind` card for `node_id`."
         return DataError(where(f'the vision model gave no usable {kind} card',
                                'Check the vision model and prompts/build; a rerun resumes where this stopped',
                                video=self.job.video_id, node=node_id))

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
 from ..core import ConfigError, DataError, Slots, where, asset_dir, canonical_json
-from ..data import SUMMARY_KEYS
-from ..llm.client import (LLMResponse, ResponseCache, cache_key, call_cost, image_digest, json_schema_format,
-                          telemetry_row)
+from ..trees import SUMMARY_KEYS
+from ..llm.protocol import LLMResponse, json_schema_format
+from ..llm.costs import call_cost, telemetry_row
+from ..llm.resilience import ResponseCache, cache_key
+from ..llm.client import image_digest
 from ..llm.backends import make_providers
 
 # %% auto #0

@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 from scipy import stats
 from ..core import ConfigError, where
-from .decision import (GATE_EXITS, RULE_DECISIONS, DECISIONS, EXIT_INDEX, GateParams, GateState, exit_index,
-                          log_e_value_plus, log_e_value_futility, mcnemar_exact_one_sided, _crossing_probability,
-                          _cached_rows)
+from .decision import (GateParams, log_e_value_plus, log_e_value_futility, mcnemar_exact_one_sided,
+                                   crossing_probability, cached_log_e_rows)
+from .exits import GATE_EXITS, RULE_DECISIONS, DECISIONS, EXIT_INDEX, GateState, exit_index
 from .anchors import cumulative_flips, fixed_n_accepts, peek_accepts, gepa_accepts
 
 # %% auto #0
@@ -166,8 +166,8 @@ def ville_crossing_probability(n_steps:int, # discordant flips observed
                                params:GateParams=GateParams() # supplies the prior
                               ) -> float:
     "Exact P(sup over the first n_steps flips of E+(W, L) >= threshold), by dynamic programming over W."
-    rows = _cached_rows(n_steps, float(params.prior_a), float(params.prior_b))
-    return _crossing_probability(rows, math.log(threshold), q)
+    rows = cached_log_e_rows(n_steps, float(params.prior_a), float(params.prior_b))
+    return crossing_probability(rows, math.log(threshold), q)
 
 # %% ../../nbs/gate/02_simulate.ipynb #ab53b81c
 def _critical_wins(m_max:int, alpha:float) -> np.ndarray:

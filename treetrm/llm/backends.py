@@ -11,7 +11,9 @@ from typing import Callable
 from fastcore.basics import patch
 from ..core import ConfigError, InfraError, where
 from .config import RoleConfig, endpoint_urls, endpoint_host, load_role_config
-from .client import OpenAIProvider, LLMResponse, backoff_delay
+from .protocol import LLMResponse
+from .resilience import backoff_delay
+from .client import OpenAIProvider, RoleBounds
 
 # %% auto #0
 __all__ = ['BACKENDS', 'DEMO_WORLD', 'register_backend', 'resolve_reference', 'make_providers', 'openai_providers',
@@ -56,14 +58,16 @@ class EndpointTelemetry:
     "A telemetry sink that tags each row of a request sent to `endpoint` (a cache hit went nowhere: no tag)."
     def __init__(self, sink:Callable, endpoint:str): self.sink, self.endpoint = sink, endpoint
     def tag(self, row:dict) -> dict:
+        "`row` with the endpoint added, unless it is a cache hit."
         return row if row.get('status') == 'cache_hit' else row | {'endpoint': self.endpoint}
     def __call__(self, row:dict): return self.sink(self.tag(row))
     @property
-    def sent(self) -> Callable|None: # the sink's write-ahead, tagged, when it has one
+    def sent(self) -> Callable|None:
+        "The sink's write-ahead, tagging its rows; None when the sink writes nothing ahead."
         sent = getattr(self.sink, 'sent', None)
         return None if sent is None else lambda row: sent(self.tag(row))
 
-class EndpointPool:
+class EndpointPool(RoleBounds):
     "An `LLMProvider` over several endpoints serving one model: fewest in flight first, failover, a breaker each."
     def __init__(self, config:RoleConfig, # base_url lists the endpoints, comma-separated
                  *, telemetry:Callable|None=None, # one row per attempt, tagged with its endpoint
@@ -79,10 +83,7 @@ class EndpointPool:
 
     def __repr__(self):
         return f'EndpointPool(role={self.role!r}, model={self.model!r}, endpoints={len(self.endpoints)})'
-    @property
-    def context_tokens(self) -> int|None: return self.config.context_tokens
-    @property
-    def max_tokens(self) -> int|None: return self.config.max_tokens
+
 
 # %% ../../nbs/llm/02_backends.ipynb #aa4fb9c8
 @patch

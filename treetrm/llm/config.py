@@ -23,7 +23,9 @@ class Secret:
     "A string that never shows itself: `***` in repr/str, refuses pickling; `reveal()` gives the value."
     __slots__ = ('_value',)
     def __init__(self, value:str): object.__setattr__(self, '_value', str(value))
-    def reveal(self) -> str: return self._value
+    def reveal(self) -> str:
+        "The secret value itself: pass it to the client, never to a message or a log."
+        return self._value
     def __repr__(self): return "Secret('***')"
     def __str__(self): return '***'
     def __eq__(self, other): return isinstance(other, Secret) and other._value == self._value

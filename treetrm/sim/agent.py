@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from ..core import DataError, canonical_json, sha256_json, stable_seed, where
 from ..data import Question
-from ..llm.client import LLMResponse
+from ..llm.protocol import LLMResponse
 from .realism import rule_effects, seeded_draw
-from .video import CARRIERS, mentions, OBJECTS, PERSONS, _slug, _wins
+from .evidence import wins_plurality
+from .video import CARRIERS, mentions, OBJECTS, PERSONS, type_slug
 from .world import load_world, skill_behaviours, skill_rules, world_questions, world_tree
 
 # %% auto #0
@@ -89,7 +90,9 @@ class SeenNode:
     parent: str|None = None # the node whose children list named it, when known
     opened: bool = True # False: only seen as a child line
 
-    def text(self, field:str) -> str: return self.fields.get(field, '')
+    def text(self, field:str) -> str:
+        "A card field as the tool output showed it ('' when not shown)."
+        return self.fields.get(field, '')
     def items(self, field:str) -> list[str]:
         "A list-valued card field, split back into its items."
         return [x for x in self.text(field).split(', ') if x]
@@ -160,11 +163,15 @@ class Conversation:
     done: list # (tool, args) of every action taken so far
     answer_now: bool # the last user message is not a tool result
 
-    def opened(self, nid:str) -> bool: return nid in self.nodes and self.nodes[nid].opened
+    def opened(self, nid:str) -> bool:
+        "Whether node `nid` was opened (not only seen as a child line)."
+        return nid in self.nodes and self.nodes[nid].opened
     def children(self, nid:str) -> list[SeenNode]:
         "The known children of `nid`, in time order."
         return sorted((n for n in self.nodes.values() if n.parent == nid), key=lambda n: n.span[0])
-    def did(self, tool:str, args:dict) -> bool: return (tool, args) in self.done
+    def did(self, tool:str, args:dict) -> bool:
+        "Whether the conversation already called `tool` with `args`."
+        return (tool, args) in self.done
 
 def _tool_result(text:str) -> tuple[str, str]|None:
     "(tool name, output) of a tool-result message, or None."
@@ -281,7 +288,7 @@ def _scene_actions(c:Conversation, task_type:str, b:set) -> list[tuple]:
 
 def _manual_read(c:Conversation, task_type:str) -> list[tuple]:
     "In manual skill mode, read the strategy named after the task type first."
-    name = _slug(task_type)
+    name = type_slug(task_type)
     if '# Available strategies' not in c.skill_text or f'**{name}**' not in c.skill_text: return []
     return [('read_skill', {'name': name})]
 
@@ -347,7 +354,7 @@ def _synopsis_answer(c, options, b) -> str|None:
     scenes = [c.nodes[r] for r in c.question.roots if c.opened(r)]
     text = lambda s: s.text('scene_summary') + (' ' + s.text('subtitle') if 'read_subtitles' in b else '')
     counts = {o: sum(mentions(text(s), o) for s in scenes) for o in options}
-    return next((o for o in options if _wins(counts, o)), None)
+    return next((o for o in options if wins_plurality(counts, o)), None)
 
 # %% ../../nbs/sim/03_agent.ipynb #9d9bfe45
 def seen_answer(c:Conversation, # the conversation so far

@@ -106,7 +106,9 @@ class RealismParams:
 NOISE_LEGACY = dict(idiosyncrasy=0.0, coupling=None)
 
 # %% ../../nbs/sim/01_realism.ipynb #d4aee51b
-def sigmoid(x): return 1 / (1 + np.exp(-x))
+def sigmoid(x):
+    "The logistic function, elementwise."
+    return 1 / (1 + np.exp(-x))
 
 def seed_probabilities(z, slip, guess, mu:float, sigma:float):
     "P(right) at the seed skills: reach the evidence (logit mu + sigma z) and not slip, else right without it."
@@ -120,7 +122,9 @@ def _bisect(f, lo:float, hi:float, iters:int=60) -> float:
         lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
     return (lo + hi) / 2
 
-def flip_rate(p) -> float: return float(np.mean(2 * p * (1 - p)))
+def flip_rate(p) -> float:
+    "The share of questions two independent runs answer differently, given each question's P(right) `p`."
+    return float(np.mean(2 * p * (1 - p)))
 
 def calibrate_reach(z, slip, guess, accuracy:float, flips:float) -> tuple[float, float]:
     "(mu, sigma) of the reach logits giving seed skills `accuracy`, with two runs disagreeing on a `flips` share."
@@ -221,7 +225,9 @@ def _rule_shape(rng:random.Random, target:float, classes:list[str], p:RealismPar
                 side_ratio=round(rng.uniform(*p.side_ratio), 4) if side else 0.0,
                 follow=round(rng.uniform(*p.follow), 4))
 
-def rule_kind(effect:float) -> str: return 'helpful' if effect > 0.5 else 'trap' if effect < -0.5 else 'neutral'
+def rule_kind(effect:float) -> str:
+    "'helpful' above +0.5 accuracy points, 'trap' below -0.5, else 'neutral'."
+    return 'helpful' if effect > 0.5 else 'trap' if effect < -0.5 else 'neutral'
 
 # %% ../../nbs/sim/01_realism.ipynb #faa7dec8
 def question_models(evidence:dict, # question id -> evidence record (task_type, class)

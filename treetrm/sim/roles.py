@@ -11,10 +11,10 @@ from typing import Callable
 import polars as pl
 from ..core import ConfigError, DataError, canonical_json, read_json, stable_seed, where
 from ..data import ERROR_TYPES
-from ..llm.client import LLMProvider, LLMResponse
+from ..llm.protocol import LLMProvider, LLMResponse
 from ..llm.backends import resolve_reference
 from .realism import rule_reach_effect, jitter
-from .video import _slug
+from .video import type_slug
 from .world import load_world, skill_behaviours
 from .agent import last_user_text, message_text, request_context, request_rng, sim_answer, SimAgent
 
@@ -95,7 +95,7 @@ def true_diagnosis(world:dict, # a parsed world.json
         tier, kind, adherence = 'T1', 'reasoning_error', 'followed'
         cause = 'the agent saw the evidence and still chose a wrong option'
     return {'tier': tier, 'error_type': kind, 'cause': cause, 'missed_nodes': missed, 'skill_adherence': adherence,
-            'evolution_target': ctx.get('skill_file') or f'{_slug(ev["task_type"])}.md', 'confidence': 0.9}
+            'evolution_target': ctx.get('skill_file') or f'{type_slug(ev["task_type"])}.md', 'confidence': 0.9}
 
 def noisy_diagnosis(diagnosis:dict, rng:random.Random, noise:float) -> dict:
     "`diagnosis` with its tier flipped, and its error type replaced, each with probability `noise`."

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from fastcore.basics import patch
 from ..core import ConfigError, DataError, sha256_json, stable_seed, where
-from ..llm.client import LLMProvider, LLMResponse
+from ..llm.protocol import LLMProvider, LLMResponse
 from .world import make_world
 from .roles import make_role, ROLE_FACTORIES
 
@@ -124,9 +124,13 @@ class SimServer:
         self._http_thread.start()
 
     @property
-    def port(self) -> int: return self.httpd.server_address[1]
+    def port(self) -> int:
+        "The port the server listens on."
+        return self.httpd.server_address[1]
     @property
-    def base_url(self) -> str: return f'http://{self.httpd.server_address[0]}:{self.port}/v1'
+    def base_url(self) -> str:
+        "The OpenAI-compatible base URL to give a client."
+        return f'http://{self.httpd.server_address[0]}:{self.port}/v1'
     @property
     def stats(self) -> dict:
         "A snapshot of the request and fault counters."

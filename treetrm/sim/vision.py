@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 from ..core import DataError, where, canonical_json
-from ..llm.client import LLMResponse
+from ..llm.protocol import LLMResponse
 from ..build.video import COLOURS, read_barcode
 from .agent import request_context, sim_answer
 

@@ -8,11 +8,12 @@ import os
 from pathlib import Path
 from ..core import (ConfigError, DataError, atomic_write_json, asset_dir, read_json, sha256_file, sha256_json,
                           where)
-from ..data import Question, load_questions, load_tree, option_text, save_questions
+from ..data import Question, load_questions, option_text, save_questions
+from ..trees import load_tree
 from .realism import NOISE_LEGACY, RealismParams, question_models, realistic_rules, rule_effects, p_right
-from .video import (CLASS_WEIGHTS, derive_answer, evidence_rules, make_video, observe_features, PLANTERS,
-                               QUESTIONS_PER_VIDEO, reachable, rule_effect, type_rule_specs, TYPE_RULES,
-                               _duration_class, _slug)
+from .evidence import derive_answer, observe_features
+from .video import (CLASS_WEIGHTS, evidence_rules, make_video, PLANTERS, QUESTIONS_PER_VIDEO, reachable,
+                               rule_effect, type_rule_specs, TYPE_RULES, duration_class, type_slug)
 
 # %% auto #0
 __all__ = ['EFFECT_METHOD', 'REALISTIC_EFFECT_METHOD', 'PROFILES', 'DEMO_SEED', 'DEMO_VIDEOS', 'world_fingerprint', 'world_rules',
@@ -37,7 +38,7 @@ def _evidence(tree, q:dict) -> dict:
 
 def _question_record(q:dict, ev:dict, duration:float, domain:str) -> Question:
     return Question(q['question_id'], q['video_id'], q['task_type'], q['question'], tuple(q['options']), q['letter'],
-                    duration=_duration_class(duration), domain=domain, difficulty=_difficulty(ev['requires']),
+                    duration=duration_class(duration), domain=domain, difficulty=_difficulty(ev['requires']),
                     source_nodes=tuple(q['source_nodes']))
 
 def world_fingerprint(world_dir:str|Path) -> str:
@@ -86,9 +87,22 @@ def realistic_layer(evidence:dict, seed:int, params:RealismParams) -> dict:
     models, calibration = question_models(evidence, seed, params)
     types = {}
     for tt in sorted({e['task_type'] for e in evidence.values()}):
-        rules = realistic_rules(tt, _slug(tt), TYPE_RULES[tt][0], evidence, models, seed, params)
+        rules = realistic_rules(tt, type_slug(tt), TYPE_RULES[tt][0], evidence, models, seed, params)
         types[tt] = {'n_questions': sum(e['task_type'] == tt for e in evidence.values()), 'rules': rules}
     return {'models': models, 'task_types': types, 'realism': params.to_dict() | {'calibration': calibration}}
+
+def _check_world_settings(qpv:dict, profile:str, realism:dict|None):
+    "A `ConfigError` for a task type without a planter, an unknown profile, or realism settings off the realistic one."
+    if unknown := set(qpv) - set(PLANTERS):
+        raise ConfigError(
+            where(f'no planter for task types {sorted(unknown)}', f'Use some of {list(PLANTERS)}',
+                  field='questions_per_video'))
+    if profile not in PROFILES:
+        raise ConfigError(
+            where(f'unknown world profile {profile!r}', f'Use one of {", ".join(PROFILES)}', field='profile'))
+    if realism is not None and profile != 'realistic':
+        raise ConfigError(
+            where('realism settings need the realistic profile', "Pass profile='realistic'", field='realism'))
 
 def make_world(
     out_dir: str | Path,  # folder to write (created; existing world files are overwritten)
@@ -100,16 +114,7 @@ def make_world(
 ) -> Path:
     "Write a planted-truth world: trees/<videoID>/tree.json, questions.jsonl and world.json."
     out, qpv = Path(out_dir), questions_per_video or QUESTIONS_PER_VIDEO
-    if unknown := set(qpv) - set(PLANTERS):
-        raise ConfigError(
-            where(f'no planter for task types {sorted(unknown)}', f'Use some of {list(PLANTERS)}',
-                  field='questions_per_video'))
-    if profile not in PROFILES:
-        raise ConfigError(
-            where(f'unknown world profile {profile!r}', f'Use one of {", ".join(PROFILES)}', field='profile'))
-    if realism is not None and profile != 'realistic':
-        raise ConfigError(
-            where('realism settings need the realistic profile', "Pass profile='realistic'", field='realism'))
+    _check_world_settings(qpv, profile, realism)
     params = realism_params(realism) if profile == 'realistic' else None  # checked before anything is written
     questions, evidence = [], {}
     for i in range(n_videos):
@@ -262,7 +267,7 @@ def skill_files(skills) -> dict[str, str]:
 
 def type_skill_text(files:dict, task_type:str) -> str:
     "The skill text an auto-mode agent reads for `task_type`: the shared skill and the type's own."
-    return files.get('_default.md', '') + '\n' + files.get(f'{_slug(task_type)}.md', '')
+    return files.get('_default.md', '') + '\n' + files.get(f'{type_slug(task_type)}.md', '')
 
 def question_probability(world:dict, question_id:str, skill_text:str, n_options:int=4) -> float:
     "The exact probability that one agent run answers the question right with this skill text."

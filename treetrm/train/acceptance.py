@@ -8,7 +8,7 @@ import asyncio
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 import polars as pl
 from ..core import canonical_json, sha256_text
 from ..data import QuestionUnit, build_units
@@ -16,17 +16,18 @@ from ..agent.edits import Edit
 from ..agent.navigate import load_agent_prompts
 from ..gate.decision import GateParams, e_value_plus, flip_counts
 from ..gate.anchors import more_wins, not_fewer_wins, margin_accepts, bayes_accepts, mcnemar_accepts
-from ..gate.ladder import BaselineCache, Ladder, ladder_units
-from .validate import (validate_skills_concurrent, unit_outcome_from_predictions,
-                              materialised_candidates,
-                              candidates_root, UnitOutcome, base_view_sha)
+from ..gate.ladder import Ladder, ladder_units
+from ..gate.baseline_cache import BaselineCache
+from .evaluators import UnitOutcome, unit_outcome_from_predictions
+from .validate import validate_skills_concurrent, materialised_candidates, candidates_root, base_view_sha
 from ..log import TrainRunId
-from .workspace import Workspace
+from .workspace import Workspace, AgentSetup
 
 # %% auto #0
-__all__ = ['ACCEPTANCE', 'GateRequest', 'Acceptance', 'agent_prompts_key', 'base_view_key', 'base_key', 'baseline_cache',
-           'pair_seed_key', 'unit_evaluator', 'gate_rule', 'full_validation_rule', 'greedy_rule', 'greedy_margin_rule',
-           'bayes_rule', 'fixed_n_rule', 'gepa_rule', 'gepa_pool_rule', 'gepa_minibatch_rule', 'gepa_veto_rule']
+__all__ = ['ACCEPTANCE', 'GateRequest', 'Acceptance', 'AcceptanceRule', 'agent_prompts_key', 'base_view_key', 'base_key',
+           'baseline_cache', 'pair_seed_key', 'unit_evaluator', 'gate_rule', 'candidate_ladder_units',
+           'full_validation_rule', 'greedy_rule', 'greedy_margin_rule', 'bayes_rule', 'fixed_n_rule', 'gepa_rule',
+           'gepa_pool_rule', 'gepa_minibatch_rule', 'gepa_veto_rule']
 
 # %% ../../nbs/train/09_acceptance.ipynb #6ab3c174
 @dataclass(frozen=True)
@@ -61,7 +62,13 @@ class Acceptance:
     outcome: object = None # the gate's ValidationOutcome, when the rule is the gate
 
     @property
-    def accepted(ws) -> bool: return ws.decision.startswith('accept')
+    def accepted(self) -> bool:
+        "Whether the rule accepted the edit (confirmed or provisionally)."
+        return self.decision.startswith('accept')
+
+class AcceptanceRule(Protocol):
+    "Pays for a step's evidence via `runner.answer`, under the request's run ids; an `Acceptance` per candidate type."
+    async def __call__(self, runner:Workspace, req:GateRequest) -> dict[str, Acceptance]: ...
 
 # %% ../../nbs/train/09_acceptance.ipynb #d7f681f5
 def agent_prompts_key(prompts_dir:str|Path|None) -> str:
@@ -107,10 +114,11 @@ def unit_evaluator(ws:Workspace, req:GateRequest):
         rows = ws.log.prediction_outcomes(rid, ids)
         # not answered before (a base arm is, once per content)
         if sum(r['stop_reason'] != 'error' for r in rows) < len(ids):
-            await ws._infer(unit.questions, rid, req.base_version if base else None, kind='gate',
-                            skills_dir=skills_dir, by_content=base and req.reuse_base,
-                            temperature=req.temperature, seed_key=pair_seed_key(req),
-                              prompts_version=req.prompts_version, progress=False, summarise=False)
+            setup = AgentSetup(kind='gate', skills_version=req.base_version if base else None, skills_dir=skills_dir,
+                               prompts_version=req.prompts_version, progress=False, summarise=False,
+                               by_content=base and req.reuse_base, temperature=req.temperature,
+                               seed_key=pair_seed_key(req))
+            await ws.answer(unit.questions, rid, setup)
             rows = ws.log.prediction_outcomes(rid, ids)
         return unit_outcome_from_predictions(unit, rows)
     return evaluate
@@ -161,12 +169,13 @@ def _acceptance(t, decision, triples) -> Acceptance:
     cand = {q: ok for _, _, c in triples for q, ok in c.detail.get('questions', {}).items()}
     return Acceptance(t, decision, w, l, n, float(e_value_plus(w, l)), cand, tuple(u.unit_id for u, _, _ in triples))
 
-def _ladders_of(req:GateRequest) -> dict:
+def candidate_ladder_units(req:GateRequest) -> dict:
+    "Task type -> the units of its frozen ladder, for each candidate of the request."
     return {t: ladder_units(req.ladders[t], req.units) for t in req.candidates}
 
 async def full_validation_rule(runner:Workspace, req:GateRequest, accepts:Callable) -> dict[str, Acceptance]:
     "Pair both arms on every ladder unit, then accept a type's edit when `accepts(W, L)` (a rule of `gate.decision`)."
-    runs = await _paired_runs(runner, req, _ladders_of(req))
+    runs = await _paired_runs(runner, req, candidate_ladder_units(req))
     decide = lambda tr: 'accept_confirmed' if accepts(*_flips(tr)[:2]) else 'reject_inertia'
     return {t: _acceptance(t, decide(tr), tr) for t, tr in runs.items()}
 
@@ -203,7 +212,7 @@ async def gepa_rule(runner:Workspace, req:GateRequest, minibatch:int=3,
         return dict(sorted((out | {t: _acceptance(t, 'accept_confirmed', runs[t]) for t in passed}).items()))
     if passed:
         full = await _paired_runs(runner, replace(req, candidates={t: req.candidates[t] for t in passed}),
-                                  {t: _ladders_of(req)[t] for t in passed})
+                                  {t: candidate_ladder_units(req)[t] for t in passed})
         keeps = lambda tr: not veto_lower or not_fewer_wins(*_flips(tr)[:2])
         out |= {t: _acceptance(t, 'accept_confirmed' if keeps(tr) else 'reject_inertia', tr) for t, tr in full.items()}
     return dict(sorted(out.items()))
@@ -220,6 +229,6 @@ async def gepa_veto_rule(runner:Workspace, req:GateRequest) -> dict[str, Accepta
     "GEPA's minibatch rule, then a full validation pass that must not be lower than the base's."
     return await gepa_rule(runner, req, veto_lower=True)
 
-ACCEPTANCE = {'gate': gate_rule, 'gepa': gepa_minibatch_rule, 'gepa_veto': gepa_veto_rule, 'greedy': greedy_rule,
-              'greedy_margin': greedy_margin_rule, 'fixed_n': fixed_n_rule, 'bayes': bayes_rule,
-              'gepa_pool': gepa_pool_rule}
+ACCEPTANCE: dict[str, AcceptanceRule] = {
+    'gate': gate_rule, 'gepa': gepa_minibatch_rule, 'gepa_veto': gepa_veto_rule, 'greedy': greedy_rule,
+    'greedy_margin': greedy_margin_rule, 'fixed_n': fixed_n_rule, 'bayes': bayes_rule, 'gepa_pool': gepa_pool_rule}

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Mapping
 from ..core import sha256_text, CallBudget
-from ..llm.client import telemetry_row, call_cost, estimated_prompt
+from ..llm.costs import telemetry_row, call_cost, estimated_prompt
 from ..log import HarnessLog
 
 # %% auto #0
@@ -75,11 +75,17 @@ class RecordedProvider:
     record: Callable # receives the telemetry rows; a `sent` method, when it has one, gets each call's row ahead
 
     @property
-    def model(self) -> str: return getattr(self.inner, 'model', '')
+    def model(self) -> str:
+        "The wrapped provider's model ('' when it names none)."
+        return getattr(self.inner, 'model', '')
     @property
-    def context_tokens(self) -> int|None: return getattr(self.inner, 'context_tokens', None)
+    def context_tokens(self) -> int|None:
+        "The wrapped provider's context window in tokens, when it says."
+        return getattr(self.inner, 'context_tokens', None)
     @property
-    def max_tokens(self) -> int|None: return getattr(self.inner, 'max_tokens', None)
+    def max_tokens(self) -> int|None:
+        "The wrapped provider's reply limit in tokens, when it says."
+        return getattr(self.inner, 'max_tokens', None)
 
     def _row(self, labels:dict, **kw) -> dict:
         "A telemetry row of this call: `labels` (call id; run, or request key when nothing was written ahead) and `kw`."

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 from ..core import ConfigError, DataError, where, atomic_write_json, read_json, sha256_json, canonical_json
 from ..agent.edits import Edit, parse_edit
-from .validate import Probation
+from .probation import Probation
 from .evolve import Blacklist
 
 # %% auto #0

@@ -11,7 +11,8 @@ from typing import Callable
 import polars as pl
 from ..core import ConfigError, where, canonical_json, parameter_value, read_yaml
 from .batching import BatchParams
-from ..gate.decision import GateParams, gate_at_alpha
+from ..gate.decision import GateParams
+from ..gate.planning import gate_at_alpha
 from ..agent.skills import SKILL_MODES
 from .split import SplitConfig, load_split_config, SPLIT_KEYS
 
@@ -184,6 +185,7 @@ class Config:
                 where(f'skill_mode must be one of {SKILL_MODES}, got {self.skill_mode!r}', field='skill_mode'))
 
     def to_dict(self) -> dict:
+        "The settings as plain data: split, train and the skill mode."
         return dict(split=self.split.to_dict(), train=self.train.to_dict(), skill_mode=self.skill_mode)
 
 # %% ../../nbs/train/06_config.ipynb #23e9fcbd

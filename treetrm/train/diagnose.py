@@ -11,17 +11,18 @@ from pathlib import Path
 import polars as pl
 from ..core import (ConfigError, DataError, InfraError, Slots, canonical_json, asset_dir, sha256_json,
                           stable_seed, where, check_count)
-from ..data import ERROR_TYPES, Question, VideoTree, load_trees
+from ..data import ERROR_TYPES, Question
+from ..trees import VideoTree, load_trees
 from ..agent.tools import view_node, search_hits
 from ..agent.navigate import INFRA_STOP_REASONS, CHARS_PER_TOKEN, truncate_output, context_budget, estimate_tokens
-from ..llm.client import LLMProvider, reply_json, json_schema_format
+from ..llm.protocol import LLMProvider, reply_json, json_schema_format
 from ..agent.skills import load_skill_dir, render_skill, route_skills
 from ..log import HarnessLog
 
 # %% auto #0
 __all__ = ['CRITERIA_FILES', 'PROMPT_FILES', 'EVIDENCE_CHARS', 'NODE_EVIDENCE_CHARS', 'ADHERENCE', 'JUDGE_FAILED',
            'DiagnosePrompts', 'default_diagnose_dir', 'load_diagnose_prompts', 'code_version', 'diag_fingerprint',
-           'check_judge_model', 'is_infra_or_empty', 'wrong_rows', 'trace_steps', 'diagnose_context',
+           'check_judge_model', 'is_infra_or_empty', 'wrong_rows', 'trace_steps', 'diagnose_context', 'soft_fences',
            'diagnose_messages', 'opened_nodes', 'evidence_nodes', 'evidence_text', 'evidence_room', 'fitted_request',
            'parse_diagnosis', 'Verdict', 'diagnosis_format', 'judge_case', 't0_row', 'verdict_row', 'DiagnosisResult',
            'diagnose', 'case_packs']
@@ -125,11 +126,13 @@ def diagnose_context(q:Question, # the question
             'question': q.question, 'options': list(q.options), 'answer': q.answer, 'prediction': p.get('prediction'),
             'skill_file': skill_file, 'steps': trace_steps(p.get('steps_json'), max_output_chars)}
 
-def _soft(text) -> str: return str(text).replace('```', "'''")
+def soft_fences(text) -> str:
+    "`text` as a string with its triple backticks softened, so a request's last ```json block stays its context."
+    return str(text).replace('```', "'''")
 
 def _steps_text(steps:list[dict]) -> str:
     if not steps: return '(no tool calls)'
-    return '\n\n'.join(f'{i + 1}. `{s["tool"]}` {canonical_json(s["args"])}\n{_soft(s["output"])}'
+    return '\n\n'.join(f'{i + 1}. `{s["tool"]}` {canonical_json(s["args"])}\n{soft_fences(s["output"])}'
                        for i, s in enumerate(steps))
 
 def diagnose_messages(prompts:DiagnosePrompts, # the judge templates
@@ -140,10 +143,11 @@ def diagnose_messages(prompts:DiagnosePrompts, # the judge templates
                      ) -> list[dict]:
     "The judge's chat messages for one case."
     user = string.Template(prompts.texts['request.md']).substitute(
-        task_type=ctx['task_type'], question=_soft(ctx['question']), options='\n'.join(map(_soft, ctx['options'])),
+        task_type=ctx['task_type'], question=soft_fences(ctx['question']),
+        options='\n'.join(map(soft_fences, ctx['options'])),
         answer=ctx['answer'], prediction=ctx['prediction'], stop_reason=stop_reason or 'unknown',
-        skill_file=ctx['skill_file'], skill_text=_soft(skill_text).strip(), steps=_steps_text(ctx['steps']),
-        evidence=_soft(evidence or '(the video tree was not given to the diagnosis)'),
+        skill_file=ctx['skill_file'], skill_text=soft_fences(skill_text).strip(), steps=_steps_text(ctx['steps']),
+        evidence=soft_fences(evidence or '(the video tree was not given to the diagnosis)'),
         context=json.dumps(ctx, ensure_ascii=False))
     return [{'role': 'system', 'content': prompts.system()}, {'role': 'user', 'content': user}]
 
@@ -373,6 +377,31 @@ async def _gather_all(coros) -> list:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 # %% ../../nbs/train/00_diagnose.ipynb #635f7dc0
+def _configured_judge_model(judge:LLMProvider, judge_model:str|None) -> str:
+    "The judge model the fingerprint names; a `ConfigError` when `judge_model` and the provider disagree."
+    if judge_model and judge_model != getattr(judge, 'model', judge_model):
+        raise ConfigError(
+            where(f'judge_model is {judge_model!r} but the judge provider is configured for {judge.model!r}',
+                  'Make them agree', field='judge_model'))
+    return judge_model or getattr(judge, 'model', '')
+
+def _baseline_predictions(log:HarnessLog, baseline_run_id:str) -> pl.DataFrame:
+    "The baseline run's predictions; a `ConfigError` when it has none."
+    preds = log.predictions(baseline_run_id)
+    if preds.height == 0:
+        raise ConfigError(
+            where(f'baseline run {baseline_run_id!r} has no predictions', 'Run the baseline first (run_inference)',
+                  run_id=baseline_run_id))
+    return preds
+
+def _still_to_judge(log:HarnessLog, baseline_run_id:str, fp:str, todo:list[dict]) -> list[dict]:
+    "The wrong answers of `todo` without a signal under `fp`; signals the endpoint failed are dropped and asked again."
+    have = log.frame('diagnosis_signals', baseline_run_id, diag_fingerprint=fp)
+    failed = have.filter(pl.col('degraded') & pl.col('cause').str.starts_with(JUDGE_FAILED))['question_id'].to_list()
+    if failed: log.drop_signals(baseline_run_id, fp, failed)  # the endpoint failed them, not the judge: ask again
+    done = set(have['question_id'].to_list()) - set(failed)
+    return [p for p in todo if p['question_id'] not in done]
+
 async def diagnose(
     questions: list[Question],  # the benchmark (at least every question the baseline answered)
     *,
@@ -390,27 +419,14 @@ async def diagnose(
 ) -> DiagnosisResult:
     "Phase 0 (T0 rows) and Phase 1 (one judge call per new wrong answer), resumable; returns all signals of the run."
     check_count(concurrency, 'concurrency')
-    expected = judge_model or getattr(judge, 'model', '')
-    if judge_model and judge_model != getattr(judge, 'model', judge_model):
-        raise ConfigError(
-            where(f'judge_model is {judge_model!r} but the judge provider is configured for {judge.model!r}',
-                  'Make them agree', field='judge_model'))
+    expected = _configured_judge_model(judge, judge_model)
     prompts, skills = load_diagnose_prompts(prompts_dir), load_skill_dir(skills_dir)
     fp = diag_fingerprint(prompt_version or prompts.version, expected)
-    preds = log.predictions(baseline_run_id)
-    if preds.height == 0:
-        raise ConfigError(
-            where(f'baseline run {baseline_run_id!r} has no predictions', 'Run the baseline first (run_inference)',
-                  run_id=baseline_run_id))
-    infra, todo = wrong_rows(preds)
+    infra, todo = wrong_rows(_baseline_predictions(log, baseline_run_id))
     by_id = _questions_by_id(questions, infra + todo, baseline_run_id)
     n_t0 = await log.ainsert('diagnosis_signals',
                              [t0_row(p, by_id[p['question_id']], baseline_run_id, fp) for p in infra])
-    have = log.frame('diagnosis_signals', baseline_run_id, diag_fingerprint=fp)
-    failed = have.filter(pl.col('degraded') & pl.col('cause').str.starts_with(JUDGE_FAILED))['question_id'].to_list()
-    if failed: log.drop_signals(baseline_run_id, fp, failed)  # the endpoint failed them, not the judge: ask again
-    done = set(have['question_id'].to_list()) - set(failed)
-    new = [p for p in todo if p['question_id'] not in done]
+    new = _still_to_judge(log, baseline_run_id, fp, todo)
     trees = load_trees(trees_dir, sorted({p['video_id'] for p in new})) if trees_dir is not None and new else {}
     slots = Slots(concurrency)
     verdicts = await _gather_all(

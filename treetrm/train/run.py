@@ -8,36 +8,38 @@ import math, random
 from collections import Counter
 from dataclasses import dataclass, replace, asdict
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Protocol
 import polars as pl
 from fastcore.basics import patch
 from ..core import ConfigError, DataError, InfraError, where, read_json, sha256_file, stable_seed
 from ..data import build_units, unit_correct, questions_fingerprint
 from ..agent.edits import Edit
-from ..llm.client import NO_PRICE, price_of, usage_cost
-from ..agent.skills import set_current, set_best, load_manifest
+from ..llm.costs import NO_PRICE, price_of, usage_cost
+from ..agent.versions import set_current, set_best, load_manifest
 from ..agent.navigate import INFRA_STOP_REASONS
 from ..log import HarnessLog, TrainRunId
 from ..agent.inference import predictions_correctness, answer_health
-from .split import has_pools, pools_dir, validation_capacity
+from .split import validation_capacity
+from .pools import has_pools, pools_dir
 from .batching import build_batches
 from .config import TrainConfig
-from ..gate.decision import GateParams, confirm_log_threshold, min_effect_q_for, round_cap
-from ..gate.ladder import (Ladder, hash_order, build_ladders, freeze_gate_pools, load_gate_pools, phat_from_log,
-                            ladder_units)
+from ..gate.decision import GateParams, confirm_log_threshold, round_cap
+from ..gate.planning import min_effect_q_for
+from ..gate.ladder import Ladder, hash_order, build_ladders, phat_from_log, ladder_units
+from ..gate.pools import freeze_gate_pools, load_gate_pools
 from .evolve import edit_texts
 from .checkpoint import TrainState, structural_parts, rng_to_json, rng_from_json
-from .workspace import Workspace, BASELINE_RUN
-from .acceptance import ACCEPTANCE
+from .workspace import Workspace, BASELINE_RUN, AgentSetup
+from .acceptance import ACCEPTANCE, AcceptanceRule
 from .. import report
 
 # %% auto #0
 __all__ = ['MIN_HISTORY_UNITS', 'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early',
-           'probation_pairs', 'rule_kinds', 'TrainRun', 'attempt_run_id', 'agent_samples', 'probation_design',
-           'type_counts', 'open_train_run', 'ungated_reason', 'gating_frame', 'ungated_note', 'pool_accuracy',
-           'start_correctness', 'initial_state', 'split_reserve', 'cap_ladder', 'start_epoch', 'evidence_cap',
-           'discordance_estimate', 'gate_history', 'type_gate_params', 'epoch_ladders', 'role_usage', 'scaled_usage',
-           'forecast_usage', 'shown_usage', 'forecast']
+           'probation_pairs', 'rule_kinds', 'TrainRun', 'Transition', 'attempt_run_id', 'agent_samples',
+           'probation_design', 'type_counts', 'open_train_run', 'ungated_reason', 'gating_frame', 'ungated_note',
+           'pool_accuracy', 'start_correctness', 'initial_state', 'split_reserve', 'cap_ladder', 'start_epoch',
+           'evidence_cap', 'discordance_estimate', 'gate_history', 'type_gate_params', 'epoch_ladders', 'role_usage',
+           'scaled_usage', 'forecast_usage', 'shown_usage', 'forecast']
 
 # %% ../../nbs/train/10_run.ipynb #543eb5e7
 def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> correct before the rollout
@@ -116,7 +118,7 @@ class TrainRun:
     val_units: list # validation units
     gated: set # task types with enough validation units to gate
     world: dict|None # world.json of a sim world
-    rule: Callable # the acceptance rule
+    rule: AcceptanceRule # the acceptance rule
     parts: dict # structural parts
     evidence: str = 'fresh' # the probation evidence in force: 'fresh' or 'snapshot' (`probation_design`)
     reserve_share: float = 0.0 # share of each type's units held out of the gate for snapshot probations
@@ -124,12 +126,20 @@ class TrainRun:
     on_event: Callable|None = None # on_event(name, info) after each side effect (progress, tests)
 
     @property
-    def checkpoint(self) -> Path: return self.dir/'checkpoint.json'
+    def checkpoint(self) -> Path:
+        "The run's checkpoint file."
+        return self.dir/'checkpoint.json'
     @property
-    def figures(self) -> Path: return self.dir/'figures'
+    def figures(self) -> Path:
+        "The folder the run's report figures go to."
+        return self.dir/'figures'
     @property
-    def ids(self) -> TrainRunId: return TrainRunId(self.rid)
-    def pools_file(self, epoch:int) -> Path: return self.dir/f'gate_pools_e{epoch}.json'
+    def ids(self) -> TrainRunId:
+        "Every run id the training run files work under."
+        return TrainRunId(self.rid)
+    def pools_file(self, epoch:int) -> Path:
+        "The file of an epoch's frozen gate pools (its ladders)."
+        return self.dir/f'gate_pools_e{epoch}.json'
     def evidence_cap(self, task_type:str) -> int:
         "Most units the type's e-process can pair in this run."
         rounds = self.config.probation_rounds if self.evidence == 'fresh' and self.config.gate.provisional else 0
@@ -141,6 +151,14 @@ class TrainRun:
     def event(self, name:str, **info):
         "Tell `on_event`, if any, that `name` happened."
         if self.on_event: self.on_event(name, info)
+    def agent_setup(self, kind:str, skills_version:str|None, prompts_version:str|None, **more) -> AgentSetup:
+        "How the run's own agent runs go: quiet, at the run's temperature, with the kind, skills and prompts named."
+        return AgentSetup(kind=kind, skills_version=skills_version, prompts_version=prompts_version, progress=False,
+                          temperature=self.config.temperature, **more)
+
+class Transition(Protocol):
+    "A stage of training: the state one unit of work on, its work filed under the run's ids (a replay reuses it)."
+    async def __call__(self, ws:Workspace, run:TrainRun, state:TrainState) -> TrainState: ...
 
 def attempt_run_id(runs_dir:Path, run_id:str, fresh:bool) -> str:
     "Archive the run's folder when `fresh`; the internal run id of the attempt that follows."
@@ -247,7 +265,8 @@ async def start_correctness(ws:Workspace, run:TrainRun) -> tuple[dict, str]:
     qs = run.diag + run.val
     same = ws.skills.read_files(run.start) == ws.skills.read_files(ws.resolve_version('seed'))
     source = BASELINE_RUN if same else run.ids.init()
-    if not same: await ws._infer(qs, source, run.start, kind='init', temperature=run.config.temperature)
+    setup = AgentSetup(kind='init', skills_version=run.start, temperature=run.config.temperature)
+    if not same: await ws.answer(qs, source, setup)
     got = predictions_correctness(ws.log, source)
     if missing := [q.question_id for q in qs if q.question_id not in got]:
         raise DataError(where(f'{len(missing)} pool questions have no prediction in run {source!r} '

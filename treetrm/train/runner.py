@@ -4,7 +4,7 @@
 
 # %% ../../nbs/train/12_runner.ipynb #03a4b3f3
 from __future__ import annotations
-import difflib, importlib.metadata, os, platform, shutil, subprocess, sys, tempfile, uuid, warnings
+import os, platform, shutil, sys, tempfile, uuid, warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -12,8 +12,7 @@ import polars as pl
 from fastcore.basics import patch
 from ..core import (ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes, CallBudget,
                           BudgetError, package_dir, sha256_file)
-from ..llm.config import RoleConfig, endpoint_host
-from ..agent.skills import load_manifest
+from ..agent.versions import load_manifest
 from ..log import FINAL_TEST, check_run_id, gate_id
 from ..agent.inference import InferenceResult, answer_health, seed_probe, seed_probe_note
 from .config import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
@@ -22,16 +21,17 @@ from .calls import call_budget
 from .workspace import Workspace, BASELINE_RUN
 from .validate import base_skills_sha
 from .acceptance import ACCEPTANCE
-from .run import (TrainRun, open_train_run, initial_state, role_usage, shown_usage, type_counts,
-                               gating_frame, ungated_note)
-from .loop import (train_step, all_on_trial, end_steps_on_trial, slow_update, settle_on_paid_pairs,
-                                final_phase, budget_spent, decision_entry, with_decision, delivery_files)
+from .run import (TrainRun, Transition, open_train_run, initial_state, role_usage, shown_usage,
+                               type_counts, gating_frame, ungated_note)
+from .loop import train_step, all_on_trial, end_steps_on_trial, decision_entry, with_decision
+from .epoch_end import slow_update, settle_on_paid_pairs, budget_spent
+from .deliver import final_phase, delivery_files, decisions_frame
+from .provenance import package_versions, git_state, role_provenance, skills_diff
 from .. import report, __version__
 
 # %% auto #0
-__all__ = ['STEP_DECISION_COLUMNS', 'TEST_LOOK_KINDS', 'RESULT_PACKAGES', 'Runner', 'TrainResult', 'finished_note',
-           'progress_plan', 'RepeatedTestLook', 'look_to_report', 'repeated_look_warning', 'PoolEvaluation',
-           'package_versions', 'git_state', 'role_provenance', 'skills_diff']
+__all__ = ['STEP_DECISION_COLUMNS', 'STAGES', 'TEST_LOOK_KINDS', 'Runner', 'accuracy_curves', 'TrainResult', 'finished_note',
+           'progress_plan', 'RepeatedTestLook', 'look_to_report', 'repeated_look_warning', 'PoolEvaluation']
 
 # %% ../../nbs/train/12_runner.ipynb #de836d53
 class Runner(Workspace):
@@ -41,24 +41,13 @@ class Runner(Workspace):
 @patch
 def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFrame:
     "Forecast (and, given the run, actual) calls, tokens and cost per role."
-    actual = role_usage(self.log, self._run_ids(rid)) if rid else {}
+    actual = role_usage(self.log, self.run_ids(rid)) if rid else {}
     rows = [{'role': role, **{f'forecast_{k}': v for k, v in shown_usage(f).items()},
              **({f'actual_{k}': actual.get(role, {}).get(k, 0) for k in f} if rid else {})}
             for role, f in forecast['roles'].items()]
     return pl.DataFrame(rows)
 
 # %% ../../nbs/train/12_runner.ipynb #51be9bb8
-def _decisions_frame(decisions) -> pl.DataFrame:
-    "The decision log as a frame; `reason` says why a step gave a type no proposal (or why a proposal failed)."
-    cols = ('epoch', 'step', 'gate_id', 'task_type', 'kind', 'decision', 'reason', 'w', 'l', 'n_used', 'e_value',
-            'version', 'texts')
-    texts = lambda d: ' | '.join(d.get('texts') or []) or None  # an edit may carry no texts: []
-    rows = [{c: texts(d) if c == 'texts' else d.get(c) for c in cols} for d in decisions]
-    schema = dict(epoch=pl.Int64, step=pl.Int64, gate_id=pl.String, task_type=pl.String, kind=pl.String,
-                  decision=pl.String, reason=pl.String, w=pl.Int64,
-                  l=pl.Int64, n_used=pl.Int64, e_value=pl.Float64, version=pl.String, texts=pl.String)
-    return pl.DataFrame(rows, schema=schema)
-
 @patch
 def _show(self:Runner, run:TrainRun, rep:dict, title:str, prefix:str):
     "Save a report's figures under the run and show it inline."
@@ -71,14 +60,19 @@ STEP_DECISION_COLUMNS = ('task_type', 'decision', 'reason', 'w', 'l', 'n_used', 
 @patch
 def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
     "The step report of `gate_id`."
-    mine = _decisions_frame([d for d in state.decisions if d['gate_id'] == gate_id]).select(*STEP_DECISION_COLUMNS)
+    mine = decisions_frame([d for d in state.decisions if d['gate_id'] == gate_id]).select(*STEP_DECISION_COLUMNS)
     has_gate = self.log.query('SELECT count(*) FROM gate_evidence WHERE run_id = ? AND gate_id = ?',
                               (run.rid, gate_id)).item()
     title = f'Epoch {state.epoch}, step {state.step}: gate evidence per task type'
     rep = report.step_report(self.log, run.rid, gate_id, run.config.gate.alpha, run.config.gate.tau,
-                             cost_runs=self._run_ids(run.rid),
+                             cost_runs=self.run_ids(run.rid),
                              thresholds=run.thresholds(), title=title) if has_gate else {}
     self._show(run, {'decisions': mine, **rep}, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
+
+def accuracy_curves(epochs) -> list[dict]:
+    "The epochs' rollout and validation accuracies as the reports draw them (a missing rollout accuracy as 0)."
+    return [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0,
+                 validation_accuracy=x['validation_accuracy']) for x in epochs]
 
 def _epoch_labels(run:TrainRun, e:dict) -> tuple[str, str]:
     "Legend names of an epoch report's two validation runs: the skills the epoch started from, and ended with."
@@ -92,30 +86,23 @@ def _report_epoch(self:Runner, run:TrainRun, state:TrainState):
     "The epoch report of the epoch just ended."
     e = state.epochs[-1]
     if e['validation_run'] is None:  # no fresh R (validation_pass='consumed'): the curves, no runs to compare
-        curves = [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0,
-                       validation_accuracy=x['validation_accuracy']) for x in state.epochs]
+        curves = accuracy_curves(state.epochs)
         rep = {'epochs': report.epoch_frame(curves), 'accuracy_curves': report.plot_accuracy_curves(curves)}
         return self._show(run, rep, f'{run.run_id} · epoch {e["epoch"]}', f'epoch{e["epoch"]}_')
-    rep = report.epoch_report(self.log, run.rid,
-                              [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0,
-                                    validation_accuracy=x['validation_accuracy'])
-                                               for x in state.epochs], run.val, e['previous_run'],
-                                               e['validation_run'], tau=run.config.gate.tau,
-                              cost_runs=self._run_ids(run.rid), labels=_epoch_labels(run, e))
+    rep = report.epoch_report(self.log, run.rid, accuracy_curves(state.epochs), run.val, e['previous_run'],
+                              e['validation_run'], tau=run.config.gate.tau, cost_runs=self.run_ids(run.rid),
+                              labels=_epoch_labels(run, e))
     self._show(run, rep, f'{run.run_id} · epoch {e["epoch"]}', f'epoch{e["epoch"]}_')
 
 @patch
 def final_report(self:Runner, result) -> dict:
     "The final report of a finished training run (a `TrainResult`): test comparison, curves, decisions, cost, forecast."
     m, rid = result.metrics, result.internal_run_id
-    epochs = [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0,
-                   validation_accuracy=x['validation_accuracy']) for x in m['epochs']]
-    rep = report.final_report(self.log, rid, epochs, self.pool('test'), m['test']['seed_run'],
-                              m['test']['delivered_run'],
-                              cost_runs=self._run_ids(rid),
+    rep = report.final_report(self.log, rid, accuracy_curves(m['epochs']), self.pool('test'), m['test']['seed_run'],
+                              m['test']['delivered_run'], cost_runs=self.run_ids(rid),
                               labels=('seed skills', f'delivered skills ({m["delivered_version"]})'))
     return rep | {'forecast_vs_actual': self.forecast_table(m['forecast'], rid),
-                  'decision_log': _decisions_frame(result.state.decisions)}
+                  'decision_log': decisions_frame(result.state.decisions)}
 
 # %% ../../nbs/train/12_runner.ipynb #a268e046
 @dataclass(frozen=True)
@@ -135,20 +122,18 @@ def finished_note(log, run_id:str, rid:str) -> str:
     return (f'run {run_id} finished on {when} UTC; showing its results (nothing was retrained; '
             f'fresh=True trains it again)')
 
+STAGES: dict[str, Transition] = {'steps': train_step, 'slow': slow_update, 'final': final_phase}  # phase -> stage
+
 @patch
 async def _advance(self:Runner, run:TrainRun, state:TrainState) -> TrainState:
-    "Do the next unit of work: a step (while the budget lasts), the epoch-end update, or the final test."
-    if state.phase == 'steps' and state.step < len(state.batches) and not budget_spent(self, run):
-        if all_on_trial(run, state): return end_steps_on_trial(state)
-        state = await train_step(self, run, state)
-        if run.show: self._report_step(run, state, gate_id(state.epoch, state.step))
-        return state
-    if state.phase == 'steps': return replace(state, phase='slow')
-    if state.phase == 'slow':
-        s2 = await slow_update(self, run, state)
-        if run.show: self._report_epoch(run, s2)
-        return s2
-    return await final_phase(self, run, state)
+    "Do the next unit of work (`STAGES`): a step (while the budget lasts), the epoch-end update, or the final test."
+    if state.phase == 'steps' and (state.step >= len(state.batches) or budget_spent(self, run)):
+        return replace(state, phase='slow')
+    if state.phase == 'steps' and all_on_trial(run, state): return end_steps_on_trial(state)
+    after = await STAGES[state.phase](self, run, state)
+    if run.show and state.phase == 'steps': self._report_step(run, after, gate_id(after.epoch, after.step))
+    if run.show and state.phase == 'slow': self._report_epoch(run, after)
+    return after
 
 @patch
 def training_calls(self:Runner, rid:str) -> int:
@@ -194,6 +179,22 @@ def _bar_position(unit:str, state:TrainState, budget:CallBudget) -> int:
     return budget.used if unit == 'call' else state.global_step
 
 @patch
+async def _train_to_end(self:Runner, run:TrainRun, state:TrainState) -> TrainState:
+    "Advance to the 'done' phase under the hard call budget, checkpointing after each unit of work; a progress bar."
+    from tqdm.auto import tqdm
+    budget = CallBudget(run.config.max_calls, used=self.training_calls(run.rid))
+    unit, total = progress_plan(run.config, state)
+    with tqdm(desc=f'train {run.run_id}', unit=unit, total=total, disable=not self.progress,
+              initial=_bar_position(unit, state, budget)) as bar:
+        while state.phase != 'done':
+            state = await self._advance_within(run, state, budget)
+            self._save(run, state, budget)
+            bar.n = _bar_position(unit, state, budget)
+            bar.set_postfix(epoch=state.epoch, phase=state.phase, best=f'{state.best_accuracy:.3f}')
+            bar.refresh()
+    return state
+
+@patch
 async def train(self:Runner, run_id:str='v1', # the training run; the same id resumes it
                 *, epochs:int|None=None, # overrides config.epochs
                 acceptance=None, # overrides config.acceptance: one of ACCEPTANCE_RULES or a rule callable
@@ -226,17 +227,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
         report.show_report({'forecast': self.forecast_table(state.forecast),
                             'gated_types': gating_frame(sizes, cfg.min_ladder_units)},
                            f'{run_id} · forecast for {cfg.epochs} epochs (gates at their ladder caps: an upper bound)')
-    from tqdm.auto import tqdm
-    budget = CallBudget(cfg.max_calls, used=self.training_calls(run.rid))
-    unit, total = progress_plan(cfg, state)
-    with tqdm(desc=f'train {run_id}', unit=unit, total=total, disable=not self.progress,
-              initial=_bar_position(unit, state, budget)) as bar:
-        while state.phase != 'done':
-            state = await self._advance_within(run, state, budget)
-            self._save(run, state, budget)
-            bar.n = _bar_position(unit, state, budget)
-            bar.set_postfix(epoch=state.epoch, phase=state.phase, best=f'{state.best_accuracy:.3f}')
-            bar.refresh()
+    state = await self._train_to_end(run, state)
     self.log.finish_run(run.rid)
     return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir)
 
@@ -389,41 +380,6 @@ async def evaluate(self:Runner, skills_version:str='best', # a version, or 'best
     shown = final if final and not again else (await self.eval(v, pool, run_id)).run_id
     return self._pool_evaluation(shown, v, pool, final, level)
 
-# %% ../../nbs/train/12_runner.ipynb #9f87a34f
-RESULT_PACKAGES = ('openai', 'gepa', 'polars', 'numpy', 'scipy', 'bm25s', 'json-repair', 'pyyaml', 'matplotlib')
-
-def package_versions(names=RESULT_PACKAGES # distribution names
-                    ) -> dict[str, str]:
-    "name -> installed version of each package in `names` that is installed."
-    out = {}
-    for name in names:
-        try: out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError: continue
-    return out
-
-def _git(folder:Path, *args) -> str|None:
-    "What `git <args>` prints in `folder`; None when git is missing or fails there."
-    try: done = subprocess.run(['git', *args], cwd=folder, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError): return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-def git_state(folder:str|Path # the top folder of a checkout, e.g. the package's parent
-             ) -> dict|None:
-    "The commit of the git checkout whose top is `folder`, and whether its tree was dirty; None when there is none."
-    top = _git(Path(folder), 'rev-parse', '--show-toplevel')
-    if top is None or Path(top).resolve() != Path(folder).resolve(): return None
-    status = _git(Path(folder), 'status', '--porcelain')
-    return dict(commit=_git(Path(folder), 'rev-parse', 'HEAD'), dirty=None if status is None else bool(status))
-
-# %% ../../nbs/train/12_runner.ipynb #6b1495b7
-def role_provenance(provider, # a role's provider, as the runner holds it
-                    backend:str # the runner's backend, the kind of a provider without endpoint settings
-                   ) -> dict:
-    "A role's model, endpoint host and provider kind; never its key."
-    config = getattr(getattr(provider, 'inner', provider), 'config', None)
-    if not isinstance(config, RoleConfig): return dict(model=provider.model, base_url_host=None, provider_kind=backend)
-    return dict(model=config.model, base_url_host=endpoint_host(config.base_url), provider_kind=config.kind)
-
 # %% ../../nbs/train/12_runner.ipynb #fb086980
 @patch
 async def probe_seeds(self:Runner, run_dir:Path, # the training run's folder: the result goes to seed_probe.json
@@ -457,13 +413,6 @@ def provenance(self:Runner, structural:dict # a run's frozen structural parts: i
                 config=structural, world_sha256=self.world_sha256(), test_looks=len(looks), test_look_runs=looks)
 
 # %% ../../nbs/train/12_runner.ipynb #fe96dd92
-def skills_diff(seed:dict[str,str], delivered:dict[str,str]) -> str:
-    "A unified diff of two skill sets (file name -> text), file by file in name order."
-    return ''.join(''.join(difflib.unified_diff(seed.get(n, '').splitlines(keepends=True),
-                                                delivered.get(n, '').splitlines(keepends=True),
-                                                f'seed/{n}',
-                                                f'delivered/{n}')) for n in sorted(seed.keys() | delivered.keys()))
-
 def _finished_run(runner, run_id:str) -> tuple[Path, dict, TrainState]:
     "The folder, metrics and final state of a finished training run, or a `ConfigError` saying what is missing."
     d = runner.workspace/'runs'/check_run_id(run_id)
@@ -509,7 +458,7 @@ def _artifact_files(self:Runner, run_id:str, d:Path, m:dict, s:TrainState) -> di
         'decisions.jsonl': ''.join(canonical_json(x) + '\n' for x in s.decisions).encode(),
         'config.json': _json_bytes(s.structural),
         'provenance.json': _json_bytes(self.provenance(s.structural)),
-        'tables/decisions.csv': _decisions_frame(s.decisions).write_csv().encode()}
+        'tables/decisions.csv': decisions_frame(s.decisions).write_csv().encode()}
     files |= {'seed_probe.json': (d/'seed_probe.json').read_bytes()} if (d/'seed_probe.json').exists() else {}
     files |= {f'figures/{p.name}': p.read_bytes() for p in sorted((d/'figures').glob('*')) if p.is_file()}
     rendered = self._final_figures(TrainResult(run_id, m['internal_run_id'], s, m, d))

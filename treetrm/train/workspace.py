@@ -4,23 +4,25 @@
 
 # %% ../../nbs/train/08_workspace.ipynb #95c31d4a
 from __future__ import annotations
+from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
 from fastcore.basics import patch
 from ..core import ConfigError, sweep_temp_files, where, check_count
 from ..data import Question, load_questions
-from ..llm.client import ResponseCache
-from ..agent.skills import VersionStore, init_workspace, load_manifest, set_current, set_best
+from ..llm.resilience import ResponseCache
+from ..agent.versions import VersionStore, init_workspace, load_manifest, set_current, set_best
 from ..log import HarnessLog, check_run_id, TrainRunId
 from ..agent.inference import run_inference, InferenceResult
 from .diagnose import diagnose as diagnose_run
-from .split import run_split, load_split, has_pools, pools_dir, load_split_config, Split
+from .split import load_split_config, Split
+from .pools import run_split, load_split, has_pools, pools_dir
 from ..llm.backends import BACKENDS, demo_world, make_providers
 from .config import Config, TrainConfig, runner_config
 from .calls import CallRecorder, RecordedProvider, BudgetedProvider, filed_under
 
 # %% auto #0
-__all__ = ['TRAIN_ROLES', 'BASELINE_RUN', 'Workspace']
+__all__ = ['TRAIN_ROLES', 'BASELINE_RUN', 'Workspace', 'AgentSetup']
 
 # %% ../../nbs/train/08_workspace.ipynb #aa881b8f
 TRAIN_ROLES = ('agent', 'judge', 'evolver')
@@ -88,26 +90,37 @@ def resolve_version(self:Workspace, version:str) -> str:
     named = {'best': m.skills_best, 'current': m.skills_current, 'seed': self.skills.versions()[0]}
     return named.get(version) or self.skills.path(version).name
 
+@dataclass(frozen=True)
+class AgentSetup:
+    "What one run of the agent reads and how it runs: skills, prompts, kind, sampling, what the run records."
+    kind:str='infer' # the run's kind in `runs` (rollout, gate, validation, final_test, ...)
+    skills_version:str|None=None # the skills version the agent reads (recorded with the run)
+    skills_dir:Path|None=None # a skills folder to read instead of the version's (a candidate, an anchor)
+    prompts_version:str|None=None # the agent prompts version (None: the manifest's)
+    progress:bool|None=None # show a progress bar (None: the workspace's setting)
+    summarise:bool=True # print the run's summary line
+    by_content:bool=False # the run id names what the agent reads: no version is recorded
+    temperature:float=0.0 # the agent's sampling temperature
+    seed_key:str|None=None # names the request seeds (None: the run id); pair seeds share it
+
 @patch
-async def _infer(self:Workspace, questions, run_id:str, skills_version:str|None=None, *, kind:str='infer',
-                 skills_dir=None,
-                 prompts_version:str|None=None, progress:bool|None=None, summarise:bool=True,
-                 by_content:bool=False, # the run id names what the agent reads: no version is recorded
-                 temperature:float=0.0, # the agent's sampling temperature
-                 seed_key:str|None=None # names the request seeds (None: the run id); pair seeds share it
+async def answer(self:Workspace, questions, # the questions to answer
+                 run_id:str, # the run the answers and model calls are filed under (resumable)
+                 setup:AgentSetup=AgentSetup() # what the agent reads and how it runs
                 ) -> InferenceResult|None:
     "Run the agent on `questions` under `run_id` (resumable), filing its model calls under the run."
     with filed_under(run_id):
-        pv = prompts_version or load_manifest(self.workspace).prompts_version
+        pv = setup.prompts_version or load_manifest(self.workspace).prompts_version
+        recorded = lambda name: None if setup.by_content else name
         return await run_inference(list(questions), trees_dir=self.trees_dir, provider=self.providers['agent'],
                                    log=self.log, run_id=run_id,
-                                   skills_dir=skills_dir or self.skills.path(skills_version),
+                                   skills_dir=setup.skills_dir or self.skills.path(setup.skills_version),
                                    concurrency=self.concurrency, max_steps=self.config.max_steps, mode=self.skill_mode,
-                                   seed=self.seed, kind=kind, skills_version=None if by_content else skills_version,
-                                   prompts_version=None if by_content else pv, vision=self.providers.get('vision'),
-                                   progress=self.progress if progress is None else progress,
-                                   prompts_dir=self.prompts.path(pv) if pv else None,
-                                   retry_errors=True, summarise=summarise, temperature=temperature, seed_key=seed_key)
+                                   seed=self.seed, kind=setup.kind, skills_version=recorded(setup.skills_version),
+                                   prompts_version=recorded(pv), vision=self.providers.get('vision'),
+                                   progress=self.progress if setup.progress is None else setup.progress,
+                                   prompts_dir=self.prompts.path(pv) if pv else None, retry_errors=True,
+                                   summarise=setup.summarise, temperature=setup.temperature, seed_key=setup.seed_key)
 
 # %% ../../nbs/train/08_workspace.ipynb #c76c73f4
 BASELINE_RUN = 'baseline'
@@ -141,7 +154,7 @@ async def infer(self:Workspace, questions=None, # Questions or ids (default: the
     "Run the agent with a skills version on some questions; resumable by run id."
     qs = [self.by_id[q] if isinstance(q, str) else q for q in (questions if questions is not None else self.questions)]
     v = self.resolve_version(skills_version)
-    return await self._infer(qs, check_run_id(run_id), v, kind=kind)
+    return await self.answer(qs, check_run_id(run_id), AgentSetup(kind=kind, skills_version=v))
 
 @patch
 async def eval(self:Workspace, skills_version:str='best', # a version, or 'best', 'current', 'seed'
@@ -150,7 +163,7 @@ async def eval(self:Workspace, skills_version:str='best', # a version, or 'best'
               ) -> InferenceResult:
     "Evaluate a skills version on a frozen pool; the run records the version it used."
     v = self.resolve_version(skills_version)
-    return await self._infer(self.pool(pool), run_id or f'eval_{pool}_{v}', v, kind='eval')
+    return await self.answer(self.pool(pool), run_id or f'eval_{pool}_{v}', AgentSetup(kind='eval', skills_version=v))
 
 @patch
 async def diagnose(self:Workspace, run_id:str=BASELINE_RUN, skills_version:str='seed'):
@@ -202,6 +215,6 @@ def training_agent_calls(self:Workspace, rid:str) -> int:
     return int(self.log.query(f"SELECT count(*) FROM llm_calls WHERE role = 'agent' AND {condition}", params).item())
 
 @patch
-def _run_ids(self:Workspace, rid:str) -> list[str]:
+def run_ids(self:Workspace, rid:str) -> list[str]:
     "The run ids under which a training run's model calls were filed."
     return sorted(self.run_calls(rid)['run_id'].unique().to_list())
