@@ -4,13 +4,15 @@
 
 # %% ../nbs/03_executors.ipynb #8727ef79
 from __future__ import annotations
-import asyncio, concurrent.futures as cf, contextlib, logging, multiprocessing as mp, os
+import asyncio, concurrent.futures as cf, contextlib, glob, logging, multiprocessing as mp, os, signal
+from pathlib import Path
 from typing import AsyncIterator, Callable
 from .core import ConfigError, where
 
 # %% auto #0
-__all__ = ['EXECUTORS', 'RAY_RETRIES', 'WORKER_ENV', 'check_executor', 'ray_module', 'in_own_loop', 'worker_environment',
-           'stop_workers', 'ray_connection', 'run_jobs']
+__all__ = ['EXECUTORS', 'RAY_RETRIES', 'WORKER_ENV', 'RAY_START_TRIES', 'STARTUP_TIMEOUT', 'check_executor', 'ray_module',
+           'in_own_loop', 'worker_environment', 'stop_workers', 'descendants', 'start_ray', 'ray_connection',
+           'run_jobs']
 
 # %% ../nbs/03_executors.ipynb #8ef182c4
 EXECUTORS = ('processes', 'ray')
@@ -102,6 +104,36 @@ async def _in_processes(job, jobs:dict, describe, processes:int) -> AsyncIterato
             _settle(futures)
             raise
 
+# %% ../nbs/03_executors.ipynb #7ad44047
+RAY_START_TRIES = 3  # a Ray started here that misses Ray's own 30-s wait for its raylet (a busy machine) starts anew
+STARTUP_TIMEOUT = 'timed out during startup'  # what Ray's error says then
+
+def descendants(pid:int|None=None) -> set[int]:
+    "The process ids below `pid` (this process), read from /proc; empty where there is none (not Linux)."
+    parents = {}
+    for stat in glob.glob('/proc/[0-9]*/stat'):
+        try: text = Path(stat).read_text()
+        except OSError: continue  # gone meanwhile
+        ppid = int(text.rsplit(')', 1)[1].split()[1])  # after the command's name, which may hold spaces
+        parents.setdefault(ppid, []).append(int(stat.split('/')[2]))
+    found, todo = set(), [os.getpid() if pid is None else pid]
+    while todo:
+        kids = set(parents.get(todo.pop(), ())) - found
+        found |= kids
+        todo += kids
+    return found
+
+def start_ray(ray, processes:int):
+    "`ray.init` of a new local Ray (even beside a running one); a start that timed out is cleaned away and tried again."
+    before, here = descendants(), dict(address='local', num_cpus=processes, include_dashboard=False)
+    for attempt in range(1, RAY_START_TRIES + 1):
+        try: return ray.init(**here, logging_level=logging.WARNING)
+        except Exception as e:
+            if STARTUP_TIMEOUT not in str(e) or attempt == RAY_START_TRIES: raise
+            for pid in descendants() - before:  # the failed start's GCS, raylet and agents: Ray keeps no handle
+                with contextlib.suppress(ProcessLookupError): os.kill(pid, signal.SIGKILL)
+            ray.shutdown()
+
 # %% ../nbs/03_executors.ipynb #ae585a7b
 @contextlib.contextmanager
 def ray_connection(address:str|None, # None: start Ray on this machine; 'auto' or 'ray://host:10001': a cluster
@@ -111,8 +143,8 @@ def ray_connection(address:str|None, # None: start Ray on this machine; 'auto' o
     if ray.is_initialized():
         yield ray
         return
-    here = dict(address='local', num_cpus=processes, include_dashboard=False)  # a new Ray, even beside a running one
-    ray.init(**(here if address is None else dict(address=address)), logging_level=logging.WARNING)
+    if address is None: start_ray(ray, processes)
+    else: ray.init(address=address, logging_level=logging.WARNING)
     try: yield ray
     finally: ray.shutdown()
 
