@@ -157,7 +157,7 @@ class TrainRun:
                           temperature=self.config.temperature, **more)
 
 class Transition(Protocol):
-    "A stage of training: the state one unit of work on, its work filed under the run's ids (a replay reuses it)."
+    "A stage of training: one unit of work on the state, its calls filed under the run's ids (a replay reuses them)."
     async def __call__(self, ws:Workspace, run:TrainRun, state:TrainState) -> TrainState: ...
 
 def attempt_run_id(runs_dir:Path, run_id:str, fresh:bool) -> str:
