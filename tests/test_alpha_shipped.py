@@ -12,7 +12,7 @@ the edits it judges (the "valid under repeated fresh draws" guarantee, through `
 # What is counted. A *judged edit* is an edit the gate decided (a decision-log entry of kind 'gate'). It is *kept*
 # when the e-process confirmed it (gate `accept_confirmed`, or probation `confirm`) or when the delivered skills
 # hold it (what the user gets; under deliver='best' that can differ from what was confirmed, so both count). The
-# guarantee (nbs/gate/00_decision.ipynb, DESIGN §7): a null edit is confirmed with probability at most alpha over the
+# guarantee (nbs/gate/00_evalues.ipynb, DESIGN §7): a null edit is confirmed with probability at most alpha over the
 # gate's pass and every fresh probation round, so the share kept is at most alpha.
 #
 # The tolerance: 3 standard errors of a share of alpha on the judged edits (n_min(alpha) of them measure it within ±2
@@ -20,7 +20,7 @@ the edits it judges (the "valid under repeated fresh draws" guarantee, through `
 # When written (probation): 892 judged edits, 13 kept (1.46%; SE 0.40 pt, 0.37 pt clustered; bound 7.19%), of which 7
 # confirmed and 6 delivered unconfirmed: the best pointer had moved to a version holding provisional edits (fixed: it
 # never moves while an edit is on probation; `test_every_delivered_edit_was_confirmed` failed before the fix). Shown to
-# fail with `treetrm.gate.decision.confirm_log_threshold` returning log 1 (the gate and probation confirming at E+ >= 1,
+# fail with `treetrm.gate.evalues.confirm_log_threshold` returning log 1 (the gate and probation confirming at E+ >= 1,
 # not the calibrated ~12): 147 of 1186 kept, 12.4% > 10.1%. The check is coarse: at E+ >= 4 the loop keeps 2.6%, at E+
 # >= 2 6.0% (inside the bound), because futility rejects 95% of null edits near min_n; confirming every probation that
 # is not harmful keeps 3.5%.
@@ -30,13 +30,13 @@ from pathlib import Path
 
 import pytest
 
-from treetrm.train.config import train_config
+from treetrm.train.settings import train_config
 from treetrm.executors import worker_environment
-from treetrm.bench.loop import DEFAULT_GRID_SPLIT, delivered_rules
+from treetrm.bench.loop_bench import DEFAULT_GRID_SPLIT, delivered_rules
 from treetrm.sim.realism import NOISE_LEGACY
 from treetrm.train.runner import Runner
 from treetrm.sim.world import make_world, load_world, world_questions, question_probability
-from treetrm.sim.agent import SimAgent
+from treetrm.sim.sim_agent import SimAgent
 from treetrm.sim.roles import SimJudge, SimEvolver
 
 NULL = dict(effects=((1.0, 0.0, 0.0),), side_effect_share=0.0,  # every rule's effect 0 everywhere (strength 0)

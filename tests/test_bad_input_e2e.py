@@ -10,19 +10,19 @@ import pytest
 
 from treetrm.core import ConfigError, DataError, project_root, sha256_file
 from treetrm.data import load_questions, save_questions
-from treetrm.train.diagnose import diagnose
-from treetrm.train.evolve import propose_edit
+from treetrm.proposers.diagnose import diagnose
+from treetrm.proposers.evolve import propose_edit
 from treetrm.agent.inference import run_inference
 from treetrm.llm.protocol import LLMResponse
 from treetrm.llm.config import load_role_config
 from treetrm.log import HarnessLog
 from treetrm.train.runner import DEFAULT_SPLIT, Runner
 from treetrm.sim.world import make_world
-from treetrm.sim.agent import SimAgent
+from treetrm.sim.sim_agent import SimAgent
 from treetrm.sim.roles import make_role
 from treetrm.agent.edits import REJECT_REASONS
 from treetrm.llm.backends import make_providers
-from treetrm.train.pools import run_split
+from treetrm.split.stage import run_split
 
 ROOT = project_root()
 CORPUS = ROOT/'tests'/'bad_inputs'

@@ -7,10 +7,10 @@ from pathlib import Path
 import papermill as pm
 import pytest
 
-from treetrm.bench import loop as loop_bench
+from treetrm.bench import loop_bench
 from treetrm.train.acceptance import Acceptance
 from treetrm.core import ConfigError, project_root
-from treetrm.bench.loop import run_grid, BenchSettings, DEFAULT_GRID_SPLIT, GRID_TYPES
+from treetrm.bench.loop_bench import run_grid, BenchSettings, DEFAULT_GRID_SPLIT, GRID_TYPES
 from treetrm.bench.scale import without_timings
 from treetrm.sim.world import true_accuracy, world_questions
 

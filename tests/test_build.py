@@ -109,7 +109,7 @@ def test_bad_input_fails_before_anything_is_written(synth, tmp_path):
 KILLED_BUILD = textwrap.dedent('''
     import asyncio, sys
     from treetrm.build.builder import BuildParams, build_trees
-    from treetrm.sim.vision import SimVision
+    from treetrm.sim.sim_vision import SimVision
     params = BuildParams(**{params})
     slow = SimVision(latency_s=0.05)
     asyncio.run(build_trees(sys.argv[1], sys.argv[2], concurrency=1, params=params, vision=slow, progress=False))

@@ -7,7 +7,7 @@ import pytest
 
 from treetrm.core import ConfigError, project_root
 from treetrm.data import load_questions
-from treetrm.train.diagnose import diagnose
+from treetrm.proposers.diagnose import diagnose
 from treetrm.llm.client import OpenAIProvider
 from treetrm.llm.config import RoleConfig
 from treetrm.log import HarnessLog

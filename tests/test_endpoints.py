@@ -4,7 +4,7 @@
 import asyncio, contextlib, json
 
 from treetrm.llm.backends import EndpointPool, make_providers
-from treetrm.train.calls import CallRecorder
+from treetrm.llm.ledger import CallRecorder
 from treetrm.core import project_root
 from treetrm.data import load_questions
 from treetrm.agent.inference import run_inference

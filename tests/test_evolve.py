@@ -7,12 +7,12 @@ import pytest
 from treetrm.core import InfraError, sha256_file
 from treetrm.llm.protocol import LLMResponse
 from treetrm.sim.world import load_world, make_world
-from treetrm.sim.agent import request_context
+from treetrm.sim.sim_agent import request_context
 from treetrm.sim.roles import SimEvolver
 from treetrm.agent.skills import load_skill_dir, parse_skill, sections, skill_file, split_front_matter, strategy_rules
 from treetrm.agent.versions import VersionStore
-from treetrm.train.evolve import Blacklist, propose_edit, propose_edits
-from treetrm.train.momentum import (Pairs, GUIDANCE_FILE, classify_pairs, guidance_files, guidance_from_files,
+from treetrm.proposers.evolve import Blacklist, propose_edit, propose_edits
+from treetrm.proposers.momentum import (Pairs, GUIDANCE_FILE, classify_pairs, guidance_files, guidance_from_files,
                                     momentum_guidance)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,20 +10,20 @@ import pytest
 from treetrm.agent.navigate import INFRA_STOP_REASONS
 from treetrm.core import InfraError, project_root, read_json
 from treetrm.data import build_units, load_questions
-from treetrm.train.diagnose import diagnose
+from treetrm.proposers.diagnose import diagnose
 from treetrm.agent.inference import run_inference
 from treetrm.gate.ladder import Ladder
 from treetrm.llm.client import OpenAIProvider
 from treetrm.llm.config import RoleConfig
 from treetrm.log import HarnessLog
 from treetrm.sim.world import make_world
-from treetrm.sim.agent import SimAgent
+from treetrm.sim.sim_agent import SimAgent
 from treetrm.sim.roles import make_role
 from treetrm.sim.server import FAULT_KINDS, Faults, serve
 from treetrm.agent.skills import skill_file
 from treetrm.log import TrainRunId
-from treetrm.train.evaluators import inference_evaluator
-from treetrm.train.validate import materialise_candidate, validate_skills_concurrent
+from treetrm.gate.evaluators import inference_evaluator
+from treetrm.gate.validate import materialise_candidate, validate_skills_concurrent
 
 SKILLS = project_root()/'prompts'/'skills'
 KEY = 'sk-faults-test-0123456789'

@@ -117,7 +117,7 @@ def _figure_texts(fig) -> list[str]:
     return [t.get_text() for t in fig.findobj(Text) if t.get_text()]
 
 def test_runner_reports_name_skills_and_pools_not_run_ids(tmp_path, monkeypatch):
-    from treetrm.train.config import TrainConfig
+    from treetrm.train.settings import TrainConfig
     from treetrm.train.runner import Runner
     from treetrm.sim.world import make_world
     world = make_world(tmp_path/'world', seed=1, n_videos=12)

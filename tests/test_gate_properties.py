@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, assume, strategies as st
 from treetrm.core import ConfigError, TreeTrmError
-from treetrm.gate.decision import (GateParams, GateInputError, e_value_plus, e_value_minus, log_e_value_plus,
+from treetrm.gate.evalues import (GateParams, GateInputError, e_value_plus, e_value_minus, log_e_value_plus,
                                    log_e_value_minus, mcnemar_exact_one_sided, pair_block, classify_quadrants)
-from treetrm.gate.exits import gate_decision, DECISION_RANK, RULE_DECISIONS, EXIT_INDEX
+from treetrm.gate.decision import gate_decision, DECISION_RANK, RULE_DECISIONS, EXIT_INDEX
 from treetrm.gate.simulate import gate_tables, exit_from_tables
 
 LOG20 = math.log(20)

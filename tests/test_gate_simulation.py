@@ -5,14 +5,14 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from scipy import special, stats
-from treetrm.gate.decision import (GateParams, e_value_plus, log_e_value_plus, log_e_value_futility,
+from treetrm.gate.evalues import (GateParams, e_value_plus, log_e_value_plus, log_e_value_futility,
                                    mcnemar_exact_one_sided)
-from treetrm.gate.exits import RULE_DECISIONS
+from treetrm.gate.decision import RULE_DECISIONS
 from treetrm.gate.simulate import (simulate_ladders, run_rules, summarise_rules, gate_paths,
                               gate_outcome_distribution, distribution_summary, ville_crossing_probability,
                               fixed_n_power, fixed_n_power_n, q_for_gain, REFERENCE)
 from treetrm.gate.planning import ALPHA_DIAL, gate_at_alpha
-from treetrm.train.config import DEFAULT_GATE
+from treetrm.train.settings import DEFAULT_GATE
 
 N = 20_000
 ALPHA = 0.05
@@ -26,8 +26,8 @@ def rates(outcomes, params=GateParams()):
 
 # --- a second, independent way to the exact figures ------------------------------------------------------------------
 # Nothing below calls the library's DP, its tables, GATE_EXITS or its e-values: E+ and E_fut come from closed forms
-# (binomial tails), the gate's exits are written out from their table in nbs/gate/00a_exits.ipynb, and the Ville bound
-# and the McNemar critical values are counted in integers.
+# (binomial tails), the gate's exits are written out from their table in nbs/gate/00a_decision.ipynb, and the Ville
+# bound and the McNemar critical values are counted in integers.
 
 def log_e_plus_closed(w, l):
     "log E+(W, L), uniform prior on q in [1/2, 1]: E+ = 2^(n+1) P(Bin(n+1, 1/2) <= W) / ((n+1) C(n, W)), n = W + L."
@@ -290,7 +290,7 @@ def test_reference_figures_are_the_exact_values():
     assert [r for r, _, _ in got] == [round(x, k) for _, x, k in got], got
 
 # --- the cap-calibrated threshold (issue: known-cap thresholds) -----------------------------------------------------
-from treetrm.gate.decision import calibrated_threshold, round_cap
+from treetrm.gate.evalues import calibrated_threshold, round_cap
 from treetrm.gate.planning import min_effect_q_for
 
 # 60 and 300 validation units with the gate's pass, and with two fresh probation rounds

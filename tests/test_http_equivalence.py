@@ -10,7 +10,7 @@ from treetrm.llm.client import OpenAIProvider
 from treetrm.llm.config import load_role_config
 from treetrm.log import HarnessLog
 from treetrm.sim.world import ensure_demo_world, load_world
-from treetrm.sim.agent import SimAgent
+from treetrm.sim.sim_agent import SimAgent
 from treetrm.sim.server import serve
 
 DEMO = ensure_demo_world()

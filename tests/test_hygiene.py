@@ -11,7 +11,7 @@ def cells(nb_path): return json.loads(nb_path.read_text())['cells']
 def all_notebooks(): return sorted(p for p in NBS.rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)
 def is_stage(p):
     ("A stage, benchmark or example notebook (library notebooks are numbered: "
-     "nbs/bench/02_loop.ipynb is the benchmark's code).")
+     "nbs/bench/02_loop_bench.ipynb is the benchmark's code).")
     return p.name in STAGE or p.parent.name in ('bench', 'examples') and not p.name[0].isdigit()
 
 def test_library_notebooks_export_a_module():
@@ -53,14 +53,15 @@ PKG = ROOT/'treetrm'
 # The layers, lowest first: a top-level module or a subpackage
 # (whose modules follow their notebooks' order in nbs/<pkg>/).
 UNITS = ('core', 'data', 'trees', 'log_schema', 'log', 'executors', 'figures', 'intervals', 'llm', 'build', 'sim',
-         'agent', 'gate', 'integrations', 'report', 'train', 'bench', 'cli', '__main__', '__init__')
+         'agent', 'gate', 'proposers', 'split', 'integrations', 'report', 'train', 'bench', 'cli', '__main__',
+         '__init__')
 SIM_SIDE = ('sim', 'bench')  # the simulator itself and the benchmarks may import it
 
 def library_notebooks():
     return [p for p in all_notebooks() if not is_stage(p) and p.name != 'index.ipynb']
 
 def module_order():
-    "module name ('gate.decision') -> (its layer, its notebook's path below nbs), for every library notebook"
+    "module name ('gate.evalues') -> (its layer, its notebook's path below nbs), for every library notebook"
     order = {}
     for p in library_notebooks():
         m = re.search(r'#\|\s*default_exp\s+(\S+)', ''.join(cells(p)[0]['source']))
@@ -68,7 +69,7 @@ def module_order():
     return order
 
 def module_path(module):
-    "The file of a treetrm module name ('gate.decision', '__init__')."
+    "The file of a treetrm module name ('gate.evalues', '__init__')."
     return PKG/(module.replace('.', '/') + '.py')
 
 def treetrm_imports(path):

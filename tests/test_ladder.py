@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from treetrm.core import ConfigError, DataError
 from treetrm.data import Question, build_units
 from treetrm.gate.ladder import Ladder, build_ladder, build_ladders, information, update_phat
-from treetrm.gate.pools import freeze_gate_pools, load_gate_pools
+from treetrm.gate.frozen_ladders import freeze_gate_pools, load_gate_pools
 from treetrm.gate.baseline_cache import BaselineCache, skill_hash
 
 TT = 'Counting Problem'

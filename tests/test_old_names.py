@@ -1,4 +1,4 @@
-"""Every import path of treetrm 0.0.1 keeps working for one release (issue 36): each public name of each 0.0.1 module
+"""Every import path of treetrm 0.0.1 (and of the first subpackage layout) keeps working for one release (issue 36): each public name of each 0.0.1 module
 (tests/api_0.0.1.json: the `__all__` of every module at commit ce38b8b, the last 0.0.1 layout) is reachable under its
 old module path, and an old path that is no module of this release warns (FutureWarning) naming the module the name
 lives in now (a module that still exists may hand out a name it imports without a warning); no module of this release
@@ -8,6 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 API = json.loads((ROOT/'tests'/'api_0.0.1.json').read_text())
+# the `__all__` of every module of the first subpackage layout (f64e279), before issue 46 named the rooms anew
+LAYOUT_API = json.loads((ROOT/'tests'/'api_layout_f64e279.json').read_text())
 
 PROBE = r'''
 import importlib, json, pkgutil, sys, warnings
@@ -62,6 +64,13 @@ def test_every_0_0_1_name_is_reachable_by_its_old_path_with_a_warning():
     assert not report['silent'], f'old paths that do not warn: {report["silent"][:10]}'
     assert not report['wrong'], f'warnings that name the wrong home: {report["wrong"][:10]}'
 
+def test_every_name_of_the_first_subpackage_layout_is_reachable_by_its_path():
+    "Issue 46 moved modules again (train.config -> train.settings, gate.exits -> gate.decision, ...): those paths work."
+    report = probe(LAYOUT_API)
+    assert not report['missing'], f'{len(report["missing"])} names are gone: {report["missing"][:10]}'
+    assert not report['silent'], f'old paths that do not warn: {report["silent"][:10]}'
+    assert not report['wrong'], f'warnings that name the wrong home: {report["wrong"][:10]}'
+
 def test_the_issue_examples():
     code = '''
 import warnings
@@ -76,4 +85,5 @@ for line in ("from treetrm.runner import Runner", "import treetrm.sim; treetrm.s
     assert done.stdout.splitlines() == ['treetrm.runner.Runner moved to treetrm.train.runner.Runner',
                                         'treetrm.sim.make_world moved to treetrm.sim.world.make_world',
                                         'treetrm.build.build_tree moved to treetrm.build.builder.build_tree',
-                                        'treetrm.loop_bench.run_grid moved to treetrm.bench.loop.run_grid'], done.stdout
+                                        'treetrm.loop_bench.run_grid moved to treetrm.bench.loop_bench.run_grid'], \
+        done.stdout

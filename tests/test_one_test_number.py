@@ -10,7 +10,7 @@ from treetrm.core import project_root, read_json
 from treetrm.log import HarnessLog
 from treetrm.train.runner import Runner
 from treetrm.sim.world import make_world
-from treetrm.train.validate import base_skills_sha
+from treetrm.gate.validate import base_skills_sha
 
 ROOT = project_root()
 README = (ROOT/'README.md').read_text(encoding='utf-8')

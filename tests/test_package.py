@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from treetrm.core import ConfigError, project_root
-from treetrm.train.config import load_config
+from treetrm.train.settings import load_config
 from treetrm.data import load_questions, question_record
 from treetrm.train.runner import Runner
 from treetrm.sim.world import make_world

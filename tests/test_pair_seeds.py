@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from treetrm.core import sha256_text
-from treetrm.bench.loop import DEFAULT_GRID_SPLIT
+from treetrm.bench.loop_bench import DEFAULT_GRID_SPLIT
 from treetrm.train.runner import Runner
 from treetrm.sim.world import make_world, world_questions
-from treetrm.sim.agent import SimAgent, read_conversation, conversation_question
+from treetrm.sim.sim_agent import SimAgent, read_conversation, conversation_question
 from treetrm.sim.roles import SimJudge, SimEvolver
 
 WORLD = dict(profile='realistic', n_videos=50, questions_per_video={'Counting Problem': 2, 'OCR Problems': 2},
@@ -62,7 +62,7 @@ def test_pair_seeds_give_both_arms_one_seed_per_question(tmp_path):
 
 def test_the_benchmark_grid_sets_pair_seeds_and_coupled_worlds_for_every_rule():
     "A grid's settings reach every rule's run config (and leave it as before when off); world families take the noise."
-    from treetrm.bench.loop import BenchSettings, realistic_world, train_config
+    from treetrm.bench.loop_bench import BenchSettings, realistic_world, train_config
     assert train_config(BenchSettings(pair_seeds=True), 100)['pair_seeds'] is True
     assert 'pair_seeds' not in train_config(BenchSettings(), 100)  # the configs of every earlier grid, unchanged
     w = realistic_world('rich', 0.3, 300, coupling=0.64)

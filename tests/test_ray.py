@@ -8,10 +8,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from treetrm.bench import loop as loop_bench
+from treetrm.bench import loop_bench
 from treetrm.core import ConfigError
 from treetrm.executors import run_jobs
-from treetrm.bench.loop import run_grid, BenchSettings, job_rows_file
+from treetrm.bench.loop_bench import run_grid, BenchSettings, job_rows_file
 from treetrm.train.sweep import sweep
 from test_bench_loop import TINY, SETTINGS, UNREACHABLE, without_wall_s
 from test_sweep import RUNS, CONFIG, when

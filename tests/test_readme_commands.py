@@ -19,8 +19,8 @@ import papermill as pm
 import polars as pl
 import pytest
 
-from treetrm.bench import loop as loop_bench
-from treetrm.train.config import load_config
+from treetrm.bench import loop_bench
+from treetrm.train.settings import load_config
 from treetrm.core import project_root, read_json
 from treetrm.data import load_questions
 from treetrm.trees import load_tree
@@ -57,7 +57,7 @@ RUN_BY = {  # a block's marker -> the test that runs it, reading the block from 
     "\"{'train.gate.tau': 0.1}\"": CONFIGURATION_TEST,
 }
 NOT_RUN = {  # a block's marker -> why no test runs it
-    'from treetrm.bench.loop import run_grid, full_grid, cell_budget':
+    'from treetrm.bench.loop_bench import run_grid, full_grid, cell_budget':
         'the full grid on a Ray cluster and a sweep on the user\'s endpoints; the same calls run small on a real '
         'two-node Ray cluster in tests/test_ray.py (run_grid and sweep with an address) and tests/test_sweep.py',
     'papermill nbs/bench/scale.ipynb out.ipynb -k python3 -p out nbs/bench/results/scale-2026-12-06.json':

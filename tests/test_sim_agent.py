@@ -6,9 +6,9 @@ import pytest
 from treetrm.agent.navigate import build_messages, run_agent
 from treetrm.core import DataError, project_root
 from treetrm.trees import load_tree
-from treetrm.sim.video import reachable
+from treetrm.sim.generator import reachable
 from treetrm.sim.world import ensure_demo_world, load_world, world_questions
-from treetrm.sim.agent import SimAgent
+from treetrm.sim.sim_agent import SimAgent
 from treetrm.sim.roles import make_role
 from treetrm.agent.skills import load_skill_dir, parse_skill, render_skill, skill_file
 

@@ -6,14 +6,14 @@ from dataclasses import replace
 from pathlib import Path
 import numpy as np
 import pytest
-from treetrm.train.config import DEFAULT_GATE
+from treetrm.train.settings import DEFAULT_GATE
 from treetrm.core import ConfigError
-from treetrm.gate.exits import RULE_DECISIONS
+from treetrm.gate.decision import RULE_DECISIONS
 from treetrm.gate.simulate import gate_paths
 from treetrm.bench.noise import pair_rates
 from treetrm.sim.realism import NOISE_LEGACY, RealismParams, p_right, rule_effects, seeded_draw
 from treetrm.sim.world import check_world, load_world, make_world, question_probability, world_questions
-from treetrm.sim.agent import realistic_draw
+from treetrm.sim.sim_agent import realistic_draw
 
 # Computed at 3949483, before the noise settings existed: every benchmark JSON committed before 2026-12-06 rests on
 # these worlds' bytes and draws, so a world made with `NOISE_LEGACY` must still give exactly these.

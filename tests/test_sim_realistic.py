@@ -7,7 +7,7 @@ from treetrm.agent.inference import run_inference
 from treetrm.log import HarnessLog
 from treetrm.sim.realism import EFFECT_MIXTURES, component_counts, rule_kind
 from treetrm.sim.world import make_world, true_accuracy, world_questions, question_probability, check_world, load_world
-from treetrm.sim.agent import SimAgent
+from treetrm.sim.sim_agent import SimAgent
 from treetrm.sim.roles import SimEvolver
 
 SEED_SKILLS = project_root()/'prompts'/'skills'

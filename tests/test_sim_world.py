@@ -6,7 +6,7 @@ from treetrm.core import DataError, read_json
 from treetrm.data import load_questions, option_text
 from treetrm.trees import load_trees
 from treetrm.sim.evidence import derive_answer
-from treetrm.sim.video import reachable, TYPE_RULES
+from treetrm.sim.generator import reachable, TYPE_RULES
 from treetrm.sim.world import (check_world, ensure_demo_world, load_world, make_world, world_fingerprint, DEMO_SEED,
                          DEMO_VIDEOS)
 from treetrm.sim.roles import SimEvolver, SimJudge

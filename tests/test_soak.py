@@ -15,7 +15,7 @@ from treetrm.llm.resilience import endpoint_slots
 from treetrm.llm.client import OpenAIProvider
 from treetrm.llm.config import RoleConfig
 from treetrm.log import HarnessLog
-from treetrm.sim.video import QUESTIONS_PER_VIDEO
+from treetrm.sim.generator import QUESTIONS_PER_VIDEO
 from treetrm.sim.world import make_world
 
 N, C = 2000, 64

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from treetrm.core import ConfigError, DataError, TreeTrmError, project_root, read_json, sha256_file
 from treetrm.data import Question, load_questions
 from treetrm.log import HarnessLog
-from treetrm.train.split import POOLS, build_split, check_split, load_split_config
-from treetrm.train.pools import has_pools, load_split, pools_bytes, run_split
+from treetrm.split.by_video import POOLS, build_split, check_split, load_split_config
+from treetrm.split.stage import has_pools, load_split, pools_bytes, run_split
 
 ROOT = project_root()
 DEMO = ROOT/'data'/'demo'

@@ -9,8 +9,8 @@ from treetrm.core import ConfigError, project_root, read_json, sha256_file
 from treetrm.sim.world import make_world
 from treetrm.log import HarnessLog
 from treetrm.llm.backends import make_providers
-from treetrm.train.split import POOLS
-from treetrm.train.pools import load_split
+from treetrm.split.by_video import POOLS
+from treetrm.split.stage import load_split
 
 ROOT = project_root()
 NB = ROOT/'nbs'/'split.ipynb'

@@ -6,7 +6,7 @@ import json, re, shlex, subprocess
 import papermill.cli
 import pytest
 
-from treetrm.train.config import stage_config
+from treetrm.train.settings import stage_config
 from treetrm.core import ConfigError, project_root, read_json
 from treetrm.sim.world import make_world
 from treetrm.build.video import make_synthetic_videos

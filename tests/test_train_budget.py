@@ -5,11 +5,11 @@ import polars as pl
 import pytest
 from treetrm.core import BudgetError, CallBudget
 from treetrm.log import FINAL_TEST, TrainRunId
-from treetrm.bench.loop import GRID_TYPES, DEFAULT_GRID_SPLIT
+from treetrm.bench.loop_bench import GRID_TYPES, DEFAULT_GRID_SPLIT
 from treetrm.train.runner import Runner
-from treetrm.train.calls import CALL_BUDGET
+from treetrm.llm.ledger import CALL_BUDGET
 from treetrm.sim.world import make_world
-from treetrm.sim.agent import SimAgent
+from treetrm.sim.sim_agent import SimAgent
 from treetrm.sim.roles import SimJudge, SimEvolver
 
 SPLIT = dict(DEFAULT_GRID_SPLIT, val_wrong_min=2)
@@ -57,7 +57,7 @@ def test_budget_is_refused_before_the_call():
     b = CallBudget(2)
     token = CALL_BUDGET.set(b)
     try:
-        from treetrm.train.calls import RecordedProvider
+        from treetrm.llm.ledger import RecordedProvider
         from treetrm.sim.roles import SimEcho
         rows = []
         p = RecordedProvider(SimEcho(), 'agent', rows.append)

@@ -7,7 +7,7 @@ import pytest
 
 from treetrm.core import project_root
 from treetrm.sim.world import make_world, world_questions
-from treetrm.sim.agent import parse_first_user
+from treetrm.sim.sim_agent import parse_first_user
 
 ROOT = project_root()
 
@@ -15,7 +15,7 @@ DRIVER = r'''
 import asyncio, json, os, signal, sys
 from pathlib import Path
 from treetrm.train.runner import Runner
-from treetrm.train.calls import current_run_id
+from treetrm.llm.ledger import current_run_id
 from treetrm.llm.backends import make_providers
 
 ws, world, record, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]

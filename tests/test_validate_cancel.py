@@ -9,8 +9,8 @@ from treetrm.core import ConfigError, InfraError, project_root
 from treetrm.data import Question, build_units
 from treetrm.gate.ladder import Ladder
 from treetrm.core import Slots
-from treetrm.train.evaluators import UnitOutcome, scripted_evaluator
-from treetrm.train.validate import validate_skills_concurrent
+from treetrm.gate.evaluators import UnitOutcome, scripted_evaluator
+from treetrm.gate.validate import validate_skills_concurrent
 
 EDIT = {'target': '_default.md', 'ops': [{'op': 'append_to_section', 'section': 'Strategy', 'text': '- Look twice.'}],
         'rationale': 'cancel test'}

@@ -8,12 +8,12 @@ import pytest
 
 from treetrm.core import project_root
 from treetrm.data import Question, build_units
-from treetrm.gate.decision import GateParams
-from treetrm.gate.exits import gate_decision
+from treetrm.gate.evalues import GateParams
+from treetrm.gate.decision import gate_decision
 from treetrm.gate.simulate import gate_outcome_distribution
 from treetrm.gate.ladder import Ladder
-from treetrm.train.evaluators import UnitOutcome, scripted_evaluator
-from treetrm.train.validate import validate_skills_concurrent
+from treetrm.gate.evaluators import UnitOutcome, scripted_evaluator
+from treetrm.gate.validate import validate_skills_concurrent
 
 N_CALLS, TYPES_PER_CALL, LADDER = 20, 20, 60   # 400 gates per consume mode, 60-unit ladders
 P_RIGHT = 0.6                                   # both arms: same per-unit correctness probability (null world)

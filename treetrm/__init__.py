@@ -11,26 +11,35 @@ import importlib, importlib.abc, importlib.machinery, importlib.util, sys, warni
 
 # %% ../nbs/07_old_names.ipynb #a351abe5
 REMOVED_IN = '0.1'  # the release without the old names
-# a 0.0.1 module -> the modules its public names live in now (the first: where the module itself went)
+# an old module -> the modules its public names live in now (the first: where the module itself went)
 HOMES = {'acceptance': ('train.acceptance',), 'agent': ('agent.navigate',), 'anchor_rules': ('gate.anchors',),
          'backends': ('llm.backends',), 'batching': ('train.batching',), 'bench': ('bench.throughput',),
-         'build': ('build.builder',), 'calls': ('train.calls',), 'checkpoint': ('train.checkpoint',),
-         'config': ('train.config',), 'data': ('data', 'trees'), 'diagnose': ('train.diagnose',),
-         'edits': ('agent.edits',), 'evolve': ('train.evolve', 'train.momentum'),
-         'gate': ('gate.decision', 'gate.planning', 'gate.exits'), 'gate_sim': ('gate.simulate',),
+         'build': ('build.builder',), 'calls': ('llm.ledger',), 'checkpoint': ('train.checkpoint',),
+         'config': ('train.settings',), 'data': ('data', 'trees'), 'diagnose': ('proposers.diagnose',),
+         'edits': ('agent.edits',), 'evolve': ('proposers.evolve', 'proposers.momentum'),
+         'gate': ('gate.evalues', 'gate.planning', 'gate.decision'), 'gate_sim': ('gate.simulate',),
          'gepa_engine': ('bench.gepa_engine',), 'inference': ('agent.inference',),
-         'ladder': ('gate.ladder', 'gate.baseline_cache', 'gate.pools'),
+         'ladder': ('gate.ladder', 'gate.baseline_cache', 'gate.frozen_ladders'),
          'llm': ('llm.client', 'llm.resilience', 'llm.costs', 'llm.protocol'), 'llm_config': ('llm.config',),
-         'log': ('log', 'log_schema'), 'loop_bench': ('bench.loop', 'bench.rules', 'bench.grid', 'bench.loop_report'),
+         'log': ('log', 'log_schema'),
+         'loop_bench': ('bench.loop_bench', 'bench.rules', 'bench.grid', 'bench.loop_report'),
          'noise': ('bench.noise',), 'realism': ('sim.realism',), 'report': ('report', 'intervals', 'figures'),
          'runner': ('train.runner', 'train.provenance'), 'scale_bench': ('bench.scale',), 'sim': ('sim.world',),
-         'sim_agent': ('sim.agent',), 'sim_roles': ('sim.roles',), 'sim_server': ('sim.server',),
-         'sim_video': ('sim.video', 'sim.evidence'), 'sim_vision': ('sim.vision',),
-         'skills': ('agent.skills', 'data', 'agent.versions'), 'split': ('train.split', 'train.pools'),
+         'sim_agent': ('sim.sim_agent',), 'sim_roles': ('sim.roles',), 'sim_server': ('sim.server',),
+         'sim_video': ('sim.generator', 'sim.evidence'), 'sim_vision': ('sim.sim_vision',),
+         'skills': ('agent.skills', 'data', 'agent.versions'), 'split': ('split.by_video', 'split.stage'),
          'sweep': ('train.sweep',), 'tools': ('agent.tools',),
-         'train_loop': ('train.loop', 'train.epoch_end', 'train.deliver'), 'train_run': ('train.run',),
-         'validate': ('train.validate', 'train.evaluators', 'train.probation'), 'video': ('build.video',),
-         'vision': ('build.vision',), 'workspace': ('train.workspace',)}
+         'train_loop': ('train.step', 'train.epoch_end', 'train.deliver'), 'train_run': ('train.run',),
+         'validate': ('gate.validate', 'gate.evaluators', 'gate.probation'), 'video': ('build.video',),
+         'vision': ('build.vision',), 'workspace': ('train.workspace',),
+         # the modules of the first subpackage layout (f64e279) that moved to rooms named for what they hold (issue 46)
+         'gate.exits': ('gate.decision',), 'gate.decision': ('gate.evalues',), 'gate.pools': ('gate.frozen_ladders',),
+         'train.evaluators': ('gate.evaluators',), 'train.validate': ('gate.validate',),
+         'train.probation': ('gate.probation',), 'train.diagnose': ('proposers.diagnose',),
+         'train.evolve': ('proposers.evolve',), 'train.momentum': ('proposers.momentum',),
+         'train.split': ('split.by_video',), 'train.pools': ('split.stage',), 'train.calls': ('llm.ledger',),
+         'train.config': ('train.settings',), 'train.loop': ('train.step',), 'bench.loop': ('bench.loop_bench',),
+         'sim.video': ('sim.generator',), 'sim.agent': ('sim.sim_agent',), 'sim.vision': ('sim.sim_vision',)}
 
 def moved_note(old:str, # the old dotted name below treetrm, e.g. 'runner' or 'sim.make_world'
                new:str # where it is now, e.g. 'train.runner'
@@ -83,14 +92,15 @@ class _WithOldNames(importlib.abc.Loader):
         if not hasattr(module, '__getattr__'): module.__getattr__ = moved_names(self.old)
 
 class OldNames(importlib.abc.MetaPathFinder):
-    "Finds the 0.0.1 module names of `HOMES` below treetrm: as the module they went to, or the module of that name now."
+    "Finds the old module names of `HOMES` below treetrm: as the module they went to, or the module of that name now."
     def find_spec(self, fullname, path=None, target=None):
         "A spec for a 0.0.1 name below treetrm (`HOMES`), None for any other (the usual finders take it)."
         old = fullname.removeprefix('treetrm.')
         if not fullname.startswith('treetrm.') or old not in HOMES: return None
         if not _is_module(old): return importlib.util.spec_from_loader(fullname, _OldModule(old))
-        spec = importlib.machinery.PathFinder.find_spec(fullname, importlib.import_module('treetrm').__path__)
-        spec.loader = _WithOldNames(spec.loader, old)  # a package now (sim, llm, ...) or a module split in two
+        parent = importlib.import_module(fullname.rpartition('.')[0])
+        spec = importlib.machinery.PathFinder.find_spec(fullname, parent.__path__)
+        spec.loader = _WithOldNames(spec.loader, old)  # a package now (sim, llm, ...), a module split in two or reused
         return spec
 
 if not any(isinstance(f, OldNames) for f in sys.meta_path): sys.meta_path.insert(0, OldNames())

@@ -16,8 +16,8 @@ from .figures import (FIGURE_FORMATS, checked_stem, confirming_lines, decision_c
                              figure_bytes, finish_figure, fit_side_legends, new_figure, paper_style, save_figure,
                              type_colors)
 from .intervals import clustered_mean, clustered_proportion
-from .gate.decision import e_value_minus, e_value_plus, flip_counts, mcnemar_exact_one_sided
-from .gate.exits import shrunk_delta
+from .gate.evalues import e_value_minus, e_value_plus, flip_counts, mcnemar_exact_one_sided
+from .gate.decision import shrunk_delta
 from .log import HarnessLog
 
 # %% auto #0

@@ -15,11 +15,11 @@ from ..core import (BudgetError, CallBudget, ConfigError, atomic_write_text, che
                           stable_seed, where)
 from ..agent.navigate import INFRA_STOP_REASONS
 from ..agent.skills import DEFAULT_SKILL, skill_file
-from ..train.diagnose import diagnose, case_packs
-from ..train.evolve import propose_edits, Blacklist
-from ..train.validate import check_plain_id
+from ..proposers.diagnose import diagnose, case_packs
+from ..proposers.evolve import propose_edits, Blacklist
+from ..gate.validate import check_plain_id
 from ..log import TrainRunId
-from ..train.calls import CURRENT_RUN, CALL_BUDGET, filed_under, call_budget
+from ..llm.ledger import CURRENT_RUN, CALL_BUDGET, filed_under, call_budget
 from ..train.runner import Runner
 from ..train.workspace import AgentSetup
 

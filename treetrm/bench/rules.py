@@ -12,14 +12,14 @@ import polars as pl
 from ..core import ConfigError, where, stable_seed
 from ..sim.world import (load_world, true_accuracy, skill_files, type_skill_text, world_questions,
                                question_probability)
-from ..train.config import ACCEPTANCE_RULES, DEFAULT_GATE
-from ..gate.decision import GateParams, flip_counts
+from ..train.settings import ACCEPTANCE_RULES, DEFAULT_GATE
+from ..gate.evalues import GateParams, flip_counts
 from ..gate.planning import gate_at_alpha
 from ..gate.anchors import more_wins, mcnemar_accepts
 from ..train.acceptance import Acceptance, GateRequest, candidate_ladder_units, greedy_rule
 from ..integrations.gepa import gated_engine
 from ..train.runner import Runner
-from ..train.validate import materialised_candidates, candidates_root
+from ..gate.validate import materialised_candidates, candidates_root
 
 # %% auto #0
 __all__ = ['RULE_KINDS', 'SNAPSHOT', 'PROBATION', 'END_LOOK', 'LOOKS4', 'FULL_PASS', 'FROM_TRUTH', 'RULE_REGISTRY', 'BENCH_RULES',

@@ -15,7 +15,7 @@ from ..agent.navigate import INFRA_STOP_REASONS
 from ..llm.backends import make_providers, demo_world
 from ..llm.config import endpoint_host
 from ..executors import run_jobs, EXECUTORS
-from .loop import run_grid
+from .loop_bench import run_grid
 from .grid import cell_budget, reduced_grid, realistic_world, MIXTURES, NOISE
 from .. import figures
 

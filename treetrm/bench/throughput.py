@@ -11,9 +11,9 @@ import polars as pl
 from ..core import ConfigError, asset_dir, where
 from ..data import load_questions
 from ..llm.protocol import LLMProvider, LLMResponse
-from ..sim.video import reachable
+from ..sim.generator import reachable
 from ..sim.world import expected_accuracy, load_world, world_path
-from ..sim.agent import SimAgent
+from ..sim.sim_agent import SimAgent
 from ..agent.skills import skill_file
 from ..agent.edits import apply_edit
 from ..log import HarnessLog

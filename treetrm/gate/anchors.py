@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
-from .decision import flip_counts, paired_differences, mcnemar_exact_one_sided
+from .evalues import flip_counts, paired_differences, mcnemar_exact_one_sided
 
 # %% auto #0
 __all__ = ['SHADOW_RULES', 'more_wins', 'not_fewer_wins', 'margin_accepts', 'posterior_better', 'bayes_accepts',

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses, functools, math
 from scipy import optimize, stats
 from ..core import ConfigError, where
-from .decision import GateParams, cached_log_e_rows, crossing_probability, confirm_log_threshold
+from .evalues import GateParams, cached_log_e_rows, crossing_probability, confirm_log_threshold
 
 # %% auto #0
 __all__ = ['ALPHA_DIAL', 'detectable_q', 'look_detectable_q', 'min_effect_q_for', 'gate_at_alpha', 'confirm_chance', 'harm_q',

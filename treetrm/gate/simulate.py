@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 from scipy import stats
 from ..core import ConfigError, where
-from .decision import (GateParams, log_e_value_plus, log_e_value_futility, mcnemar_exact_one_sided,
+from .evalues import (GateParams, log_e_value_plus, log_e_value_futility, mcnemar_exact_one_sided,
                                    crossing_probability, cached_log_e_rows)
-from .exits import GATE_EXITS, RULE_DECISIONS, DECISIONS, EXIT_INDEX, GateState, exit_index
+from .decision import GATE_EXITS, RULE_DECISIONS, DECISIONS, EXIT_INDEX, GateState, exit_index
 from .anchors import cumulative_flips, fixed_n_accepts, peek_accepts, gepa_accepts
 
 # %% auto #0

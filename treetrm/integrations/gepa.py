@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 from fastcore.basics import patch
 from ..core import ConfigError, where, check_count, sha256_json
-from ..gate.decision import (GateParams, bounded_decision, log_betting_e_process, mcnemar_exact_one_sided,
+from ..gate.evalues import (GateParams, bounded_decision, log_betting_e_process, mcnemar_exact_one_sided,
                                    flip_counts)
-from ..gate.exits import gate_decision
+from ..gate.decision import gate_decision
 
 # %% auto #0
 __all__ = ['SCORE_KINDS', 'objective_scores', 'is_binary', 'wins_losses', 'paired_decision', 'EValueAcceptance', 'ConfirmedPick',

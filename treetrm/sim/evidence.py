@@ -5,7 +5,7 @@
 # %% ../../nbs/sim/00a_evidence.ipynb #e0000003
 from __future__ import annotations
 from ..core import DataError, where
-from .video import mentions, unique_in_order
+from .generator import mentions, unique_in_order
 
 # %% auto #0
 __all__ = ['wins_plurality', 'observe_features', 'derive_answer']

@@ -14,9 +14,9 @@ from ..data import ERROR_TYPES
 from ..llm.protocol import LLMProvider, LLMResponse
 from ..llm.backends import resolve_reference
 from .realism import rule_reach_effect, jitter
-from .video import type_slug
+from .generator import type_slug
 from .world import load_world, skill_behaviours
-from .agent import last_user_text, message_text, request_context, request_rng, sim_answer, SimAgent
+from .sim_agent import last_user_text, message_text, request_context, request_rng, sim_answer, SimAgent
 
 # %% auto #0
 __all__ = ['ROLE_FACTORIES', 'PAIR_ORDER', 'NEUTRAL_PROMPT_SENTENCE', 'SIM_MODELS', 'WORLD_ROLES', 'SimEcho', 'register_role',
@@ -279,7 +279,7 @@ def judge_agreement(signals:pl.DataFrame, # diagnosis_signals rows
 
 # %% ../../nbs/sim/04_roles.ipynb #1ed14a6a
 SIM_MODELS = {'agent': 'sim-agent', 'judge': 'sim-judge', 'evolver': 'sim-evolver', 'vision': 'sim-vision'}
-register_role('sim-vision', 'treetrm.sim.vision:sim_vision')  # the builder's model: defined above this layer
+register_role('sim-vision', 'treetrm.sim.sim_vision:sim_vision')  # the builder's model: defined above this layer
 WORLD_ROLES = ('agent', 'judge', 'evolver')  # the sim roles that answer from a planted world (vision reads images)
 
 def check_world(world_dir:str|Path|None, # the folder the roles would read (None: the demo world)

@@ -12,7 +12,7 @@ from ..data import Question, load_questions, option_text, save_questions
 from ..trees import load_tree
 from .realism import NOISE_LEGACY, RealismParams, question_models, realistic_rules, rule_effects, p_right
 from .evidence import derive_answer, observe_features
-from .video import (CLASS_WEIGHTS, evidence_rules, make_video, PLANTERS, QUESTIONS_PER_VIDEO, reachable,
+from .generator import (CLASS_WEIGHTS, evidence_rules, make_video, PLANTERS, QUESTIONS_PER_VIDEO, reachable,
                                rule_effect, type_rule_specs, TYPE_RULES, duration_class, type_slug)
 
 # %% auto #0

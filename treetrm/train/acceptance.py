@@ -14,12 +14,12 @@ from ..core import canonical_json, sha256_text
 from ..data import QuestionUnit, build_units
 from ..agent.edits import Edit
 from ..agent.navigate import load_agent_prompts
-from ..gate.decision import GateParams, e_value_plus, flip_counts
+from ..gate.evalues import GateParams, e_value_plus, flip_counts
 from ..gate.anchors import more_wins, not_fewer_wins, margin_accepts, bayes_accepts, mcnemar_accepts
 from ..gate.ladder import Ladder, ladder_units
 from ..gate.baseline_cache import BaselineCache
-from .evaluators import UnitOutcome, unit_outcome_from_predictions
-from .validate import validate_skills_concurrent, materialised_candidates, candidates_root, base_view_sha
+from ..gate.evaluators import UnitOutcome, unit_outcome_from_predictions
+from ..gate.validate import validate_skills_concurrent, materialised_candidates, candidates_root, base_view_sha
 from ..log import TrainRunId
 from .workspace import Workspace, AgentSetup
 
@@ -174,7 +174,7 @@ def candidate_ladder_units(req:GateRequest) -> dict:
     return {t: ladder_units(req.ladders[t], req.units) for t in req.candidates}
 
 async def full_validation_rule(runner:Workspace, req:GateRequest, accepts:Callable) -> dict[str, Acceptance]:
-    "Pair both arms on every ladder unit, then accept a type's edit when `accepts(W, L)` (a rule of `gate.decision`)."
+    "Pair both arms on every ladder unit, then accept a type's edit when `accepts(W, L)` (a rule of `gate.evalues`)."
     runs = await _paired_runs(runner, req, candidate_ladder_units(req))
     decide = lambda tr: 'accept_confirmed' if accepts(*_flips(tr)[:2]) else 'reject_inertia'
     return {t: _acceptance(t, decide(tr), tr) for t, tr in runs.items()}

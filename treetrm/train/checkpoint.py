@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 from ..core import ConfigError, DataError, where, atomic_write_json, read_json, sha256_json, canonical_json
 from ..agent.edits import Edit, parse_edit
-from .probation import Probation
-from .evolve import Blacklist
+from ..gate.probation import Probation
+from ..proposers.evolve import Blacklist
 
 # %% auto #0
 __all__ = ['PHASES', 'CHECKPOINT_FORMAT', 'TrainState', 'rng_to_json', 'rng_from_json', 'probation_to_dict',

@@ -10,12 +10,12 @@ import polars as pl
 from ..core import atomic_write_json
 from ..agent.versions import load_manifest, set_current
 from ..agent.inference import predictions_correctness
-from .probation import Probation
-from .config import TrainConfig
+from ..gate.probation import Probation
+from .settings import TrainConfig
 from .checkpoint import TrainState, decision_fingerprint
 from .workspace import Workspace, BASELINE_RUN
 from .run import TrainRun, role_usage
-from .loop import write_version
+from .step import write_version
 from .epoch_end import dual_metric_rows, probation_entry
 from .. import report
 

@@ -15,18 +15,18 @@ from ..agent.versions import set_best, set_prompts
 from ..agent.navigate import INFRA_STOP_REASONS
 from ..log import HarnessLog, TrainRunId, gate_id as make_gate_id
 from ..agent.inference import predictions_correctness
-from ..gate.decision import GateParams, e_value_plus
+from ..gate.evalues import GateParams, e_value_plus
 from ..gate.ladder import phat_from_log
-from .validate import candidates_root
-from .probation import settle_probation, continue_probation
-from .evolve import Blacklist, edit_texts
-from .momentum import (classify_pairs, momentum_guidance, guidance_files, guidance_from_files,
+from ..gate.validate import candidates_root
+from ..gate.probation import settle_probation, continue_probation
+from ..proposers.evolve import Blacklist, edit_texts
+from ..proposers.momentum import (classify_pairs, momentum_guidance, guidance_files, guidance_from_files,
                                     propose_prompt_edit, PROMPT_TARGET, PROMPT_TASK_TYPE)
 from .checkpoint import TrainState
-from .calls import filed_under
+from ..llm.ledger import filed_under
 from .workspace import Workspace
 from .run import TrainRun, should_stop_early, probation_pairs, rule_kinds, pool_accuracy, start_epoch
-from .loop import on_trial, write_version, with_decision, decision_entry
+from .step import on_trial, write_version, with_decision, decision_entry
 
 # %% auto #0
 __all__ = ['EPOCH_END_STEPS', 'dual_metric_rows', 'anchor_correctness', 'usable_correctness', 'probation_entry',

@@ -19,15 +19,15 @@ from ..agent.versions import set_current, set_best, load_manifest
 from ..agent.navigate import INFRA_STOP_REASONS
 from ..log import HarnessLog, TrainRunId
 from ..agent.inference import predictions_correctness, answer_health
-from .split import validation_capacity
-from .pools import has_pools, pools_dir
+from ..split.by_video import validation_capacity
+from ..split.stage import has_pools, pools_dir
 from .batching import build_batches
-from .config import TrainConfig
-from ..gate.decision import GateParams, confirm_log_threshold, round_cap
+from .settings import TrainConfig
+from ..gate.evalues import GateParams, confirm_log_threshold, round_cap
 from ..gate.planning import min_effect_q_for
 from ..gate.ladder import Ladder, hash_order, build_ladders, phat_from_log, ladder_units
-from ..gate.pools import freeze_gate_pools, load_gate_pools
-from .evolve import edit_texts
+from ..gate.frozen_ladders import freeze_gate_pools, load_gate_pools
+from ..proposers.evolve import edit_texts
 from .checkpoint import TrainState, structural_parts, rng_to_json, rng_from_json
 from .workspace import Workspace, BASELINE_RUN, AgentSetup
 from .acceptance import ACCEPTANCE, AcceptanceRule

@@ -15,15 +15,15 @@ from ..core import (ConfigError, where, atomic_write_bytes, canonical_json, read
 from ..agent.versions import load_manifest
 from ..log import FINAL_TEST, check_run_id, gate_id
 from ..agent.inference import InferenceResult, answer_health, seed_probe, seed_probe_note
-from .config import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
+from .settings import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
 from .checkpoint import TrainState, save_checkpoint, load_checkpoint
-from .calls import call_budget
+from ..llm.ledger import call_budget
 from .workspace import Workspace, BASELINE_RUN
-from .validate import base_skills_sha
+from ..gate.validate import base_skills_sha
 from .acceptance import ACCEPTANCE
 from .run import (TrainRun, Transition, open_train_run, initial_state, role_usage, shown_usage,
                                type_counts, gating_frame, ungated_note)
-from .loop import train_step, all_on_trial, end_steps_on_trial, decision_entry, with_decision
+from .step import train_step, all_on_trial, end_steps_on_trial, decision_entry, with_decision
 from .epoch_end import slow_update, settle_on_paid_pairs, budget_spent
 from .deliver import final_phase, delivery_files, decisions_frame
 from .provenance import package_versions, git_state, role_provenance, skills_diff

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 from ..core import ConfigError, where, atomic_write_json, read_json
 from ..log import check_run_id
-from .config import TrainConfig
+from .settings import TrainConfig
 from ..executors import run_jobs, check_executor
 from .runner import Runner
 

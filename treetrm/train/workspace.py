@@ -14,12 +14,12 @@ from ..llm.resilience import ResponseCache
 from ..agent.versions import VersionStore, init_workspace, load_manifest, set_current, set_best
 from ..log import HarnessLog, check_run_id, TrainRunId
 from ..agent.inference import run_inference, InferenceResult
-from .diagnose import diagnose as diagnose_run
-from .split import load_split_config, Split
-from .pools import run_split, load_split, has_pools, pools_dir
+from ..proposers.diagnose import diagnose as diagnose_run
+from ..split.by_video import load_split_config, Split
+from ..split.stage import run_split, load_split, has_pools, pools_dir
 from ..llm.backends import BACKENDS, demo_world, make_providers
-from .config import Config, TrainConfig, runner_config
-from .calls import CallRecorder, RecordedProvider, BudgetedProvider, filed_under
+from .settings import Config, TrainConfig, runner_config
+from ..llm.ledger import CallRecorder, RecordedProvider, BudgetedProvider, filed_under
 
 # %% auto #0
 __all__ = ['TRAIN_ROLES', 'BASELINE_RUN', 'Workspace', 'AgentSetup']
