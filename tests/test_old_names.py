@@ -1,4 +1,5 @@
-"""Every import path of treetrm 0.0.1 (and of the first subpackage layout) keeps working for one release (issue 36): each public name of each 0.0.1 module
+"""Every import path of treetrm 0.0.1 (and of the first subpackage layout) keeps working for one release (issue 36):
+each public name of each 0.0.1 module
 (tests/api_0.0.1.json: the `__all__` of every module at commit ce38b8b, the last 0.0.1 layout) is reachable under its
 old module path, and an old path that is no module of this release warns (FutureWarning) naming the module the name
 lives in now (a module that still exists may hand out a name it imports without a warning); no module of this release

@@ -16,7 +16,7 @@ from .figures import (FIGURE_FORMATS, checked_stem, confirming_lines, decision_c
                              figure_bytes, finish_figure, fit_side_legends, new_figure, paper_style, save_figure,
                              type_colors)
 from .intervals import clustered_mean, clustered_proportion
-from .gate.evalues import e_value_minus, e_value_plus, flip_counts, mcnemar_exact_one_sided
+from .gate.evalues import TRAIN_ALPHA, e_value_minus, e_value_plus, flip_counts, mcnemar_exact_one_sided
 from .gate.decision import shrunk_delta
 from .log import HarnessLog
 
@@ -110,7 +110,7 @@ def e_value_trajectories(log:HarnessLog, run_id:str, gate_id:str) -> pl.DataFram
 # %% ../nbs/04_report.ipynb #77aa013a
 def plot_e_values(
     traj: pl.DataFrame,  # from `e_value_trajectories`
-    alpha: float = 0.05,  # the gate's alpha: confirmation needs E⁺ >= 1/alpha
+    alpha: float = TRAIN_ALPHA,  # the gate's alpha: confirmation needs E⁺ >= 1/alpha
     title: str | None = None,
     thresholds: dict | None = None  # task type -> the confirming level its gate used (cap-calibrated); None: 1/alpha
 ) -> Figure:
@@ -338,7 +338,7 @@ def plot_accuracy_curves(epochs:pl.DataFrame, title:str|None=None) -> Figure:
 def step_report(log:HarnessLog, # the harness log
                 run_id:str, # the training run
                 gate_id:str, # this step's gate
-                alpha:float=0.05, # the gate's alpha, for the 1/α line
+                alpha:float=TRAIN_ALPHA, # the gate's alpha, for the 1/α line
                 tau:float=0.05, # GateParams.tau, for δ shrunk
                 cost_runs:str|list|None=None, # runs whose calls count as cost so far; None = all
                 thresholds:dict|None=None, # task type -> the confirming level its gate used; None: 1/alpha

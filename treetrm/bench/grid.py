@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 # %% auto #0
 __all__ = ['DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'CellSpec', 'grid_cells', 'BenchSettings',
-           'train_config', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units', 'cell_mixture']
+           'bench_run_config', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units',
+           'cell_mixture']
 
 # %% ../../nbs/bench/01b_grid.ipynb #901c1dd3
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class BenchSettings:
 DEFAULT_GRID_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.2, report_floor=10, floor_k={}, val_ratio=0.75,
                           val_wrong_min=5)
 
-def train_config(settings:BenchSettings, max_calls:int) -> dict:
+def bench_run_config(settings:BenchSettings, max_calls:int) -> dict:
     "One benchmark run's runner settings: the budget binds, epochs and patience never do; the last state is delivered."
     return dict(epochs=100, patience=100, min_ladder_units=settings.min_ladder_units, max_calls=max_calls,
                 deliver='current', batch=dict(batch_size=settings.batch_size, min_class=4, correct_ratio=0.2)

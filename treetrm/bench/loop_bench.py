@@ -17,7 +17,7 @@ from .gepa_engine import gepa_engine_train
 from ..train.runner import Runner
 from ..executors import run_jobs, check_executor
 from .rules import BENCH_RULES, ENGINE_RULES, check_rules, rule_acceptance
-from .grid import grid_cells, BenchSettings, DEFAULT_GRID_SPLIT, train_config
+from .grid import grid_cells, BenchSettings, DEFAULT_GRID_SPLIT, bench_run_config
 from .loop_report import grid_summary
 # the names a grid's users import from here (the stage notebook, scripts, tests); they live in the modules below
 from .rules import ABLATIONS, CEILINGS, RULE_DESCRIPTIONS
@@ -38,7 +38,7 @@ def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, wor
     s = settings.run_seed
     roles = {'agent': SimAgent(world, s, one_call=settings.one_call), 'judge': SimJudge(world, s),
              'evolver': SimEvolver(world, s)}
-    return Runner(d/'workspace', data_dir=world, config=train_config(settings, max_calls),
+    return Runner(d/'workspace', data_dir=world, config=bench_run_config(settings, max_calls),
                   split_config=settings.split or DEFAULT_GRID_SPLIT, seed=s, concurrency=1, providers=roles,
                   progress=False)
 

@@ -11,11 +11,12 @@ from scipy import special
 from ..core import ConfigError, DataError, where
 
 # %% auto #0
-__all__ = ['QUADRANTS', 'GateInputError', 'GateParams', 'log_betainc', 'log_e_plus_unchecked', 'log_e_value_plus',
-           'log_e_value_minus', 'saturating_exp', 'e_value_plus', 'e_value_minus', 'mcnemar_exact_one_sided',
-           'log_e_value_futility', 'crossing_probability', 'cached_log_e_rows', 'calibrated_threshold', 'round_cap',
-           'confirm_log_threshold', 'log_betting_e_process', 'bounded_decision', 'paired_differences', 'flip_counts',
-           'PairBlock', 'pair_block', 'quadrant', 'Quadrants', 'classify_quadrants']
+__all__ = ['TEST_ALPHA', 'TRAIN_ALPHA', 'QUADRANTS', 'GateInputError', 'GateParams', 'log_betainc', 'log_e_plus_unchecked',
+           'log_e_value_plus', 'log_e_value_minus', 'saturating_exp', 'e_value_plus', 'e_value_minus',
+           'mcnemar_exact_one_sided', 'log_e_value_futility', 'crossing_probability', 'cached_log_e_rows',
+           'calibrated_threshold', 'round_cap', 'confirm_log_threshold', 'log_betting_e_process', 'bounded_decision',
+           'paired_differences', 'flip_counts', 'PairBlock', 'pair_block', 'quadrant', 'Quadrants',
+           'classify_quadrants']
 
 # %% ../../nbs/gate/00_evalues.ipynb #6445d60d
 class GateInputError(DataError, ValueError):
@@ -36,11 +37,15 @@ def _check_positive(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < math.inf):
         raise ConfigError(where(f'{name} must be a finite number above 0, got {value!r}', field=name))
 
+# %% ../../nbs/gate/00_evalues.ipynb #09c40ae2
+TEST_ALPHA = 0.05 # one sequential test's level when nothing else is said: GateParams(), the GEPA drop-in
+TRAIN_ALPHA = 0.10 # a training run's per-edit level when nothing else is said (TrainConfig's gate; see above)
+
 # %% ../../nbs/gate/00_evalues.ipynb #e0c1b8ef
 @dataclass(frozen=True)
 class GateParams:
     "The frozen settings of one gate: error rates, prior, minimum sample, provisional rule and shrinkage."
-    alpha: float = 0.05 # confirm iff E+ >= 1/alpha
+    alpha: float = TEST_ALPHA # confirm iff E+ >= 1/alpha
     alpha_dir: float = 0.05 # reject as harmful iff E- >= 1/alpha_dir
     prior_a: float = 1.0 # Beta(a, b) mixing prior on q = P(W | discordant), truncated to [1/2, 1]
     prior_b: float = 1.0 # second shape of the mixing prior

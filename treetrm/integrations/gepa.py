@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 from fastcore.basics import patch
 from ..core import ConfigError, where, check_count, sha256_json
-from ..gate.evalues import (GateParams, bounded_decision, log_betting_e_process, mcnemar_exact_one_sided,
+from ..gate.evalues import (TEST_ALPHA, GateParams, bounded_decision, log_betting_e_process, mcnemar_exact_one_sided,
                                    flip_counts)
 from ..gate.decision import gate_decision
 
@@ -69,7 +69,7 @@ def paired_decision(before:list[float], # base arm scores, one per paired exampl
 class EValueAcceptance:
     "GEPA's `AcceptanceCriterion` deciding with treetrm's e-value gate on paired per-example scores."
     def __init__(self,
-                 alpha:float=0.05, # a candidate no better than its parent is accepted with probability <= alpha
+                 alpha:float=TEST_ALPHA, # a candidate no better than its parent is accepted with probability <= alpha
                  *,
                  adapter=None, # a `GEPAAdapter` to ask for paired evidence (None: the minibatch alone decides)
                  pool:list|None=None, # examples to draw pairs from, in a fixed seeded order (the ladder)
@@ -228,7 +228,7 @@ def confirm_candidate(adapter, # the `GEPAAdapter` that scores candidates
                       best, # the candidate to confirm (a dict, or a DSPy program)
                       seed, # the candidate it must beat
                       holdout:list, # examples GEPA never saw
-                      alpha:float=0.05, # the level of the one test
+                      alpha:float=TEST_ALPHA, # the level of the one test
                       objective:str|None=None # an objective in `objective_scores` (None: the scalar scores)
                      ) -> ConfirmedPick:
     "`best` if it beats `seed` on `holdout` at level `alpha` (one look), else `seed`, with why."
@@ -246,7 +246,7 @@ def confirm_best(result, # a `GEPAResult`, or `dspy.GEPA`'s `detailed_results` (
                  adapter, # the `GEPAAdapter` that scores candidates
                  holdout:list, # examples GEPA never saw (neither trainset nor valset)
                  seed_candidate=None, # the starting candidate (default: GEPA's candidate 0)
-                 alpha:float=0.05, # the level of the one test
+                 alpha:float=TEST_ALPHA, # the level of the one test
                  objective:str|None=None # an objective in `objective_scores` to test (None: the scalar scores)
                 ) -> ConfirmedPick:
     "GEPA's best candidate if it beats the seed on `holdout` at level `alpha` (one look), else the seed, with why."
@@ -255,7 +255,7 @@ def confirm_best(result, # a `GEPAResult`, or `dspy.GEPA`'s `detailed_results` (
 
 
 # %% ../../nbs/integrations/00_gepa.ipynb #e7938d5a
-def gated_engine(alpha:float=0.05, # the gate's level per candidate, and the final pick's
+def gated_engine(alpha:float=TEST_ALPHA, # the gate's level per candidate, and the final pick's
                  max_metric_calls:int|None=None, # metric calls one candidate's evidence may spend (None: the pool)
                  holdout_share:float=0.5 # share of the validation pool kept from GEPA for the final pick
                 ) -> dict:

@@ -13,12 +13,13 @@ from .costs import telemetry_row, call_cost, estimated_prompt
 from ..log import HarnessLog
 
 # %% auto #0
-__all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'filed_under', 'call_budget', 'current_run_id', 'request_key', 'CallRecorder',
-           'RecordedProvider', 'BudgetedProvider']
+__all__ = ['CURRENT_RUN', 'CALL_BUDGET', 'filed_under', 'call_budget', 'take_call', 'current_run_id', 'request_key',
+           'CallRecorder', 'RecordedProvider', 'BudgetedProvider']
 
 # %% ../../nbs/llm/03_ledger.ipynb #ed286037
 CURRENT_RUN: contextvars.ContextVar = contextvars.ContextVar('treetrm_current_run', default=None)
 
+# the hard call budget of the work under way: set only by `call_budget`, taken only by `take_call`
 CALL_BUDGET: contextvars.ContextVar = contextvars.ContextVar('treetrm_call_budget', default=None)
 
 @contextmanager
@@ -34,6 +35,10 @@ def call_budget(budget:CallBudget|None):
     token = CALL_BUDGET.set(budget)
     try: yield
     finally: CALL_BUDGET.reset(token)
+
+def take_call():
+    "Take one model call from the budget `call_budget` set, if any: `BudgetError` before anything is sent."
+    if (budget := CALL_BUDGET.get()) is not None: budget.take()
 
 def current_run_id() -> str|None:
     "The run that model calls made now are filed under."
@@ -101,7 +106,7 @@ class RecordedProvider:
 
     async def chat(self, messages, **kw):
         "Call the wrapped provider, recording the call; first take the call from the current `CALL_BUDGET`, if any."
-        if (budget := CALL_BUDGET.get()) is not None: budget.take()  # BudgetError before anything is sent
+        take_call()  # BudgetError before anything is sent
         t0, estimate = time.monotonic(), estimated_prompt(messages, self.model)
         labels = self._write_ahead(request_key(self.role, self.model, messages, kw), estimate)
         try: r = await self.inner.chat(messages, **kw)
@@ -122,7 +127,7 @@ class BudgetedProvider:
     def __init__(self, inner): self.inner = inner # a provider that records its own calls
     async def chat(self, messages, **kw):
         "Take the call from the budget (`BudgetError` before anything is sent), then make it."
-        if (budget := CALL_BUDGET.get()) is not None: budget.take()
+        take_call()
         return await self.inner.chat(messages, **kw)
     def __getattr__(self, name): # model, config, context_tokens, aclose, ... of the wrapped provider
         if name == 'inner': raise AttributeError(name) # not set yet (a copy being made)
