@@ -16,7 +16,8 @@ __all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', '
            'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'parse_yaml', 'read_yaml',
            'parse_parameter', 'parameter_value', 'atomic_write_bytes', 'atomic_write_text', 'sweep_temp_files',
            'canonical_json', 'atomic_write_json', 'read_json', 'read_utf8', 'file_identity', 'folder_listing',
-           'connect_wal', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed', 'Slots']
+           'connect_wal', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed', 'test_fail_async',
+           'Slots']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -358,6 +359,17 @@ def sha256_file(path:str|Path) -> str:
 def stable_seed(*parts) -> int:
     "A 63-bit integer seed derived from `parts` (e.g. run id and question id), equal across processes."
     return int(sha256_json([str(p) for p in parts])[:16], 16) >> 1
+
+# %% ../nbs/00_core.ipynb #8dc2748c
+async def test_fail_async(coro, # the coroutine that must raise
+                          contains:str='' # text the error message must hold
+                         ):
+    "Await `coro`; an `AssertionError` unless it raises an exception whose message holds `contains`."
+    try: await coro
+    except Exception as e:
+        if contains not in str(e): raise AssertionError(f'{contains!r} not in {e}') from e
+        return
+    raise AssertionError('no exception raised')
 
 # %% ../nbs/00_core.ipynb #c93da4a6
 class Slots:

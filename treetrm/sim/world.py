@@ -16,11 +16,11 @@ from .generator import (CLASS_WEIGHTS, evidence_rules, make_video, PLANTERS, QUE
                                rule_effect, type_rule_specs, TYPE_RULES, duration_class, type_slug)
 
 # %% auto #0
-__all__ = ['EFFECT_METHOD', 'REALISTIC_EFFECT_METHOD', 'PROFILES', 'DEMO_SEED', 'DEMO_VIDEOS', 'world_fingerprint', 'world_rules',
-           'realism_params', 'realistic_layer', 'make_world', 'planted_truth', 'check_world', 'ensure_demo_world',
-           'world_key', 'world_path', 'load_world', 'world_questions', 'world_tree', 'skill_rules', 'skill_behaviours',
-           'expected_accuracy', 'skill_files', 'type_skill_text', 'question_probability', 'true_accuracy',
-           'world_questions_by_id']
+__all__ = ['EFFECT_METHOD', 'REALISTIC_EFFECT_METHOD', 'PROFILES', 'DEMO_SEED', 'DEMO_VIDEOS', 'SMALL_SEED', 'SMALL_VIDEOS',
+           'world_fingerprint', 'world_rules', 'realism_params', 'realistic_layer', 'make_world', 'planted_truth',
+           'check_world', 'ensure_demo_world', 'world_key', 'world_path', 'load_world', 'small_world',
+           'world_questions', 'world_tree', 'skill_rules', 'skill_behaviours', 'expected_accuracy', 'skill_files',
+           'type_skill_text', 'question_probability', 'true_accuracy', 'world_questions_by_id']
 
 # %% ../../nbs/sim/02_world.ipynb #e9c91d7d
 def _difficulty(requires: list) -> str:
@@ -219,6 +219,17 @@ def load_world(world_dir:str|Path|None=None # a world folder (None: the demo wor
     key = world_key(d)
     if key not in _WORLDS: _WORLDS[key] = read_json(d/'world.json')
     return _WORLDS[key]
+
+# %% ../../nbs/sim/02_world.ipynb #c3b910dd
+SMALL_SEED, SMALL_VIDEOS = 1, 12
+
+def small_world(out_dir:str|Path, # folder to write (created; existing world files are overwritten)
+                seed:int=SMALL_SEED, # world seed: same seed, same bytes
+                n_videos:int=SMALL_VIDEOS, # videos to generate
+                **kwargs # other `make_world` arguments: questions_per_video, profile, realism
+               ) -> Path:
+    "The small planted-truth world test cells share: `make_world` with 12 videos, seed 1 unless told otherwise."
+    return make_world(out_dir, seed=seed, n_videos=n_videos, **kwargs)
 
 # %% ../../nbs/sim/02_world.ipynb #77e46318
 _QUESTION_INDEX: dict = {}
