@@ -12,8 +12,8 @@ the edits it judges (the "valid under repeated fresh draws" guarantee, through `
 # What is counted. A *judged edit* is an edit the gate decided (a decision-log entry of kind 'gate'). It is *kept*
 # when the e-process confirmed it (gate `accept_confirmed`, or probation `confirm`) or when the delivered skills
 # hold it (what the user gets; under deliver='best' that can differ from what was confirmed, so both count). The
-# guarantee (nbs/gate/00_evalues.ipynb, DESIGN §7): a null edit is confirmed with probability at most alpha over the
-# gate's pass and every fresh probation round, so the share kept is at most alpha.
+# guarantee (nbs/gate/00_evalues.ipynb, docs/design.md §7): a null edit is confirmed with probability at most alpha
+# over the gate's pass and every fresh probation round, so the share kept is at most alpha.
 #
 # The tolerance: 3 standard errors of a share of alpha on the judged edits (n_min(alpha) of them measure it within ±2
 # points), or 3 of the measured share's SE clustered by run (edits of one run share a world and base arms) if larger.
@@ -172,7 +172,7 @@ def test_the_shipped_loop_keeps_at_most_alpha_of_null_edits(null_runs):
 
 
 def test_every_delivered_edit_was_confirmed(null_runs):
-    "What the user gets holds only edits the e-process confirmed (DESIGN §8: an unconfirmed edit is reverted)."
+    "What the user gets holds only edits the e-process confirmed (docs/design.md §8: an unconfirmed edit is reverted)."
     _, runs, _ = null_runs
     unconfirmed = [(r['seed'], e['rule']) for r in runs for e in run_edits(r) if e['delivered'] and not e['confirmed']]
     assert not unconfirmed, f'delivered but never confirmed (world seed, rule): {unconfirmed}'

@@ -174,3 +174,53 @@ def test_test_files_one_statement_per_line_within_120_columns(path):
     where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     bad = [f'{where}:{n}: {why}' for n, why in layout_problems(path.read_text())]
     assert not bad, f'{where}: split joined statements and wrap long lines:\n' + '\n'.join(bad)
+
+# The design is in the repository (issue 46): every reference to it names a section of docs/design.md.
+DESIGN = ROOT/'docs'/'design.md'
+DESIGN_REF = re.compile(r'docs/design\.md\s+§(\d+)(?:\s*[–-]\s*§?(\d+))?')  # "docs/design.md §8", "… §6–§9"
+OLD_DESIGN_REF = re.compile(r'\bDESIGN(?:\.md)?\s*§')  # the team's old name for it, outside the repository
+
+def design_sections(text):
+    "Section numbers N of the `## N. Title` headings of the design document."
+    return {int(n) for n in re.findall(r'^## (\d+)\. \S', text, flags=re.M)}
+
+def design_reference_problems(texts, design_text):
+    "'where: what' for each reference in `texts` (name -> text) to a missing section, and each old-style reference."
+    sections, bad = design_sections(design_text), []
+    for name, text in texts.items():
+        for m in DESIGN_REF.finditer(text):
+            low = int(m.group(1))
+            high = int(m.group(2) or low)
+            bad += [f'{name}: {m.group(0)!r} names § {n}, which has no heading' for n in range(low, high + 1)
+                    if n not in sections]
+        bad += [f'{name}: {m.group(0)!r} is the old name; write docs/design.md §N'
+                for m in OLD_DESIGN_REF.finditer(text)]
+    return bad
+
+def notebook_text(path):
+    "Every cell's source of a notebook, cells separated by blank lines."
+    return '\n\n'.join(''.join(c['source']) for c in cells(path))
+
+def design_citing_texts():
+    "name -> text of every notebook, library module, test and README.md."
+    texts = {str(p.relative_to(ROOT)): notebook_text(p) for p in all_notebooks()}
+    files = [*library_files(), *sorted(TESTS.glob('*.py')), ROOT/'README.md']
+    return texts | {str(p.relative_to(ROOT)): p.read_text(encoding='utf-8') for p in files}
+
+def test_design_sections_are_numbered_in_order():
+    "Each section heading is `## N. Title`, numbered 1, 2, 3, … so that a reference keeps its meaning."
+    headings = re.findall(r'^## .*$', DESIGN.read_text(encoding='utf-8'), flags=re.M)
+    numbers = [int(m.group(1)) if (m := re.match(r'## (\d+)\. \S', h)) else None for h in headings]
+    assert numbers == list(range(1, len(headings) + 1)), f'number the sections of {DESIGN.name} 1, 2, …: {headings}'
+
+def test_every_design_reference_names_a_section():
+    bad = design_reference_problems(design_citing_texts(), DESIGN.read_text(encoding='utf-8'))
+    assert not bad, 'point these at a section heading of docs/design.md:\n' + '\n'.join(bad)
+
+def test_the_design_reference_check_finds_a_broken_reference():
+    design = '# d\n\n## 1. One\n\n## 2. Two\n'
+    cite = 'docs/design.md'  # kept apart from its section numbers, so the real check does not read these
+    texts = {'ok': f'see {cite} §1 and {cite} §1–§2', 'missing': f'{cite} §99', 'range': f'{cite}\n§2–§3',
+             'old': 'the gate (DESIGN' + ' §7) and DESIGN.md' + ' §3'}
+    bad = design_reference_problems(texts, design)
+    assert [b.split(':')[0] for b in bad] == ['missing', 'range', 'old', 'old'], bad

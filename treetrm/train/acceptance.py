@@ -124,7 +124,7 @@ def unit_evaluator(ws:Workspace, req:GateRequest):
     return evaluate
 
 async def gate_rule(runner:Workspace, req:GateRequest) -> dict[str, Acceptance]:
-    "The anytime-valid sequential gate over every candidate at once (DESIGN §7)."
+    "The anytime-valid sequential gate over every candidate at once (docs/design.md §7)."
     prompts_key = agent_prompts_key(runner.prompts_dir(req.prompts_version))
     with baseline_cache(runner, req) as cache:
         outs = await validate_skills_concurrent(req.candidates, ladders=req.ladders, units=req.units,

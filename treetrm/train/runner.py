@@ -141,7 +141,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
                 on_event:Callable|None=None, # on_event(name, info) after each side effect
                 **settings # more `TrainConfig` fields for this run, e.g. probation_evidence='fresh'
                ) -> TrainResult:
-    "Train the skills (DESIGN §8): resumable by run id; ends with the best version delivered and tested once."
+    "Train the skills (docs/design.md §8): resumable by run id; ends with the best version delivered and tested once."
     check_run_id(run_id)
     cfg = train_config(self.config,
                        **{k: v for k, v in dict(epochs=epochs, acceptance=acceptance).items() if v is not None},

@@ -96,7 +96,7 @@ def check_table(obj, checks, relations=(), section:str='') -> None:
 # %% ../../nbs/train/02_settings.ipynb #27c59a25
 @dataclass(frozen=True)
 class TrainConfig:
-    "The settings of a training run (DESIGN §8)."
+    "The settings of a training run (docs/design.md §8)."
     epochs: int = 2 # epochs at most
     batch: BatchParams = BatchParams(batch_size=16, min_class=4, correct_ratio=0.2) # mini-batch construction
     gate: GateParams = DEFAULT_GATE # the frozen gate settings
