@@ -10,8 +10,8 @@ import numpy as np
 import polars as pl
 from fastcore.basics import patch
 from ..core import ConfigError, where, check_count, sha256_json
-from ..gate.evalues import (TEST_ALPHA, GateParams, bounded_decision, log_betting_e_process, mcnemar_exact_one_sided,
-                                   flip_counts)
+from ..gate.evalues import (TEST_ALPHA, GateParams, bounded_decision, log_betting_e_process,
+                                   mcnemar_exact_one_sided, flip_counts)
 from ..gate.decision import gate_decision
 
 # %% auto #0

@@ -28,7 +28,7 @@ DELIVER = ('best', 'current')
 OPEN_PROBATIONS = ('revert', 'keep')
 PROBATION_EVIDENCE = ('auto', 'fresh', 'snapshot')
 VALIDATION_PASSES = ('consumed', 'fresh')
-DEFAULT_GATE = GateParams(alpha=TRAIN_ALPHA, alpha_final=0.09, alpha_prov=0.09,  # 0.09 of alpha on the ladder end's look
+DEFAULT_GATE = GateParams(alpha=TRAIN_ALPHA, alpha_final=0.09, alpha_prov=0.09,  # 0.09 of it on the ladder end's look
                           futility_looks=(0.2,))  # and an edit losing at the first fifth of its ladder is rejected
 
 def _whole(low: int) -> Callable:
