@@ -228,6 +228,7 @@ def test_the_design_reference_check_finds_a_broken_reference():
 def test_settings_are_resolved_in_one_module():
     "Only train.settings builds a `TrainConfig` or a `Config` from what a user gave (its `train_config`, `load_config`)."
     made = re.compile(r'(?<![\w.])(TrainConfig|Config)\(')
-    bad = [f'{p.relative_to(PKG)}:{i}' for p in library_files() if p.relative_to(PKG).as_posix() != 'train/settings.py'
+    others = [p for p in library_files() if p.relative_to(PKG).as_posix() != 'train/settings.py']
+    bad = [f'{p.relative_to(PKG)}:{i}' for p in others
            for i, line in enumerate(p.read_text().splitlines(), 1) if made.search(line.split('#')[0])]
     assert not bad, 'resolve settings with treetrm.train.settings (train_config, load_config):\n' + '\n'.join(bad)
