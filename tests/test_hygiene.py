@@ -226,7 +226,7 @@ def test_the_design_reference_check_finds_a_broken_reference():
     assert [b.split(':')[0] for b in bad] == ['missing', 'range', 'old', 'old'], bad
 
 def test_settings_are_resolved_in_one_module():
-    "Only train.settings builds a `TrainConfig` or a `Config` from what a user gave (its `train_config`, `load_config`)."
+    "Only train.settings builds a `TrainConfig` or a `Config` from user input (`train_config`, `load_config`)."
     made = re.compile(r'(?<![\w.])(TrainConfig|Config)\(')
     others = [p for p in library_files() if p.relative_to(PKG).as_posix() != 'train/settings.py']
     bad = [f'{p.relative_to(PKG)}:{i}' for p in others
