@@ -64,7 +64,7 @@ def test_the_benchmark_grid_sets_pair_seeds_and_coupled_worlds_for_every_rule():
     "A grid's settings reach every rule's run config (and leave it as before when off); world families take the noise."
     from treetrm.bench.loop_bench import BenchSettings, realistic_world, bench_run_config
     assert bench_run_config(BenchSettings(pair_seeds=True), 100)['pair_seeds'] is True
-    assert 'pair_seeds' not in train_config(BenchSettings(), 100)  # the configs of every earlier grid, unchanged
+    assert 'pair_seeds' not in bench_run_config(BenchSettings(), 100)  # the configs of every earlier grid, unchanged
     w = realistic_world('rich', 0.3, 300, coupling=0.64)
     assert w['realism'] == dict(effects='rich', flip_rate=0.3, coupling=0.64) and w['n_videos'] == 250
     assert realistic_world('rich', 0.3, 300)['realism'] == dict(effects='rich', flip_rate=0.3)
