@@ -72,6 +72,9 @@ NOT_RUN = {  # a block's marker -> why no test runs it
                    '(tests/test_gepa_integration.py)',
     "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/nbdev_test && .venv/bin/pytest -q tests":
         'the CI command itself: .ci/run makes the venv, installs the dev extra and runs nbdev_test and pytest',
+    '.venv/bin/pytest -q tests -m "not slow and not ray and not real_model"':
+        'the test tiers themselves: a test that ran them would run this suite inside itself (the fast tier is '
+        'what a developer runs before a commit, the full tier is what .ci/run runs)',
     'python3 -m venv .venv-llama':
         'compiles llama.cpp (10-15 min on 2 cores) and serves a real model on port 8080; CI builds the same server '
         '(.ci/run) and tests/test_real_model.py runs split, train and eval on it (its own world and config); '
