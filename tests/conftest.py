@@ -8,11 +8,11 @@ notebook through papermill). Each test file marks what it pays for, with `pytest
   `pytest -q tests -m "not slow and not ray and not real_model"`
 - full tier, as CI runs it (.ci/run): `pytest -q tests -n 2 --dist loadgroup`
 
-Under `--dist loadgroup` (pytest-xdist) each file runs whole on one worker, so module-scoped fixtures are made once, and
-the files that share the session fixtures below (the tiny loop-benchmark grid and the serial sweep) or start Ray run
-on one worker, one after another: their session fixtures are made once per run, and two Rays never start side by side
-on this machine (Ray's fixed default ports). Session fixtures hand out results that tests only read; a test that writes
-copies a fixture's folder into its own tmp_path first.
+Under `--dist loadgroup` (pytest-xdist; the scheduler below) each file runs whole on one worker, so module-scoped
+fixtures are made once, and the files that share the session fixtures below (the tiny loop-benchmark grid and the
+serial sweep) or start Ray run on one worker, one after another: their session fixtures are made once per run, and two
+Rays never start side by side on this machine (Ray's fixed default ports). Session fixtures hand out results that
+tests only read; a test that writes copies a fixture's folder into its own tmp_path first.
 """
 import asyncio
 
@@ -23,12 +23,20 @@ SHARED_WORKER = {'test_bench_loop.py': 'grid', 'test_sweep.py': 'grid', 'test_ra
                  'test_bench_scale.py': 'grid'}
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's loadgroup hook reads the xdist_group marks
-def pytest_collection_modifyitems(config, items):
-    "Every test gets an xdist group: its file, or the group its file shares a worker with (used by --dist loadgroup)."
-    for item in items:
-        if not any(item.iter_markers('xdist_group')):
-            item.add_marker(pytest.mark.xdist_group(SHARED_WORKER.get(item.path.name, item.path.stem)))
+def pytest_xdist_make_scheduler(config, log):
+    ("Under `--dist loadgroup`: one work unit per test file, the files of SHARED_WORKER in one unit together. A "
+     "scheduler of its own because pytest-xdist 3.8 groups by `xdist_group` marks by rewriting `item._nodeid`, which "
+     "pytest 9 no longer reads: there the marks are ignored and every test is sent on its own, module fixtures made "
+     "again on each worker (measured: test_alpha_shipped's null runs four times instead of twice).")
+    if config.getoption('dist') != 'loadgroup': return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split('::', 1)[0]
+            return SHARED_WORKER.get(file.rsplit('/', 1)[-1], file)
+
+    return FileGroups(config, log)
 
 
 @pytest.fixture(scope='session')
