@@ -39,6 +39,8 @@ from treetrm.sim.world import make_world, load_world, world_questions, question_
 from treetrm.sim.sim_agent import SimAgent
 from treetrm.sim.roles import SimJudge, SimEvolver
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 NULL = dict(effects=((1.0, 0.0, 0.0),), side_effect_share=0.0,  # every rule's effect 0 everywhere (strength 0)
             **NOISE_LEGACY)  # the worlds the README's measured rates came from (other settings: test_sim_noise_model)
 TYPES = ('Counting Problem', 'OCR Problems', 'Attribute Perception', 'Temporal Reasoning', 'Action Recognition',

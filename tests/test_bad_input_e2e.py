@@ -161,6 +161,8 @@ NOTEBOOK_CASES = {'split: unknown backend': ('split.ipynb', dict(backend='vllm')
                   'split: negative concurrency': ('split.ipynb', dict(concurrency=-2), 'concurrency'),
                   'train: wrong type': ('train.ipynb', dict(epochs='two'), 'epochs')}
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 @pytest.mark.parametrize('case', list(NOTEBOOK_CASES))
 def test_bad_notebook_parameters(case, world, workspace, tmp_path):
     nb, params, sub = NOTEBOOK_CASES[case]

@@ -2,6 +2,9 @@
 import json, math
 from pathlib import Path
 import papermill as pm
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.notebooks]  # the tiers: conftest.py
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,6 +20,9 @@ RULES = ['gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bay
 TINY = dict(profile='realistic', n_videos=16, questions_per_video=GRID_TYPES)
 SETTINGS = dict(min_ladder_units=4, batch_size=8, split=dict(DEFAULT_GRID_SPLIT, val_wrong_min=2))
 UNREACHABLE = dict(TINY, realism=dict(flip_rate=0.9))   # the realism model refuses it (reachable: about 0.14 to 0.36)
+# the tiny grid that worker processes (below) and every Ray run (test_ray.py) must give the serial numbers of; its
+# serial run is made once per test run: conftest.py's tiny_grid_serial
+TINY_GRID = dict(rules=('greedy', 'gate'), budget=300, seeds=(0, 1), settings=BenchSettings(**SETTINGS), verbose=False)
 T_975_1 = 12.706204736  # t(0.975, 1 df) from the tables: the 95% interval's factor over two world seeds
 
 
@@ -97,6 +100,8 @@ def test_notebook_is_committed_clean():
     assert not any('asyncio.run' in ''.join(c['source']) for c in nb['cells'])
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_loop_bench_notebook(tmp_path):
     out, work = tmp_path/'bench'/'loop.json', tmp_path/'work'
     pm.execute_notebook(str(NB), str(tmp_path/'loop_out.ipynb'), kernel_name='python3', cwd=str(ROOT),
@@ -129,9 +134,10 @@ def test_loop_bench_notebook(tmp_path):
     assert {'greedy', 'oracle'} <= set(moved), truth  # the check covers runs that changed the skills
 
 
-def test_processes_give_the_serial_numbers(tmp_path):
-    kw = dict(rules=('greedy', 'gate'), budget=300, seeds=(0, 1), settings=BenchSettings(**SETTINGS), verbose=False)
-    serial = asyncio.run(run_grid([TINY], processes=1, workdir=tmp_path/'a', **kw))
+@pytest.mark.slow
+def test_processes_give_the_serial_numbers(tiny_grid_serial, tmp_path):
+    kw = TINY_GRID
+    serial = tiny_grid_serial  # run_grid([TINY], processes=1, **kw), made once (conftest.py)
     parallel = asyncio.run(run_grid([TINY], processes=2, workdir=tmp_path/'b', **kw))
     strip = lambda s: [{r: {k: x for k, x in v.items() if k not in ('runs', 'wall_s')}
                         | {'runs': [{k: x for k, x in run.items() if k != 'wall_s'} for run in v['runs']]}
@@ -170,6 +176,7 @@ def test_failed_jobs_in_workers_leave_no_unretrieved_future(tmp_path):
     assert unretrieved == [], unretrieved
 
 
+@pytest.mark.slow
 def test_each_gain_is_the_truth_of_the_files_the_run_delivered(scored_grid):
     "Per rule and world seed, the reported gain is the exact test gain of the version the workspace says was delivered."
     summary, work = scored_grid
@@ -196,6 +203,7 @@ def two_seed_interval(a: float, b: float) -> list[float]:
 def close(xs, ys) -> bool: return len(xs) == len(ys) and all(math.isclose(x, y, abs_tol=1e-9) for x, y in zip(xs, ys))
 
 
+@pytest.mark.slow
 def test_intervals_and_regret_over_two_seeds_come_from_the_per_seed_truth(scored_grid):
     "Mean, 95% t interval (1 df) and regret of every rule, recomputed from the truth of each seed's delivery."
     summary, work = scored_grid
@@ -210,6 +218,7 @@ def test_intervals_and_regret_over_two_seeds_come_from_the_per_seed_truth(scored
         assert rules[rule]['p_worse_than_seed'] == sum(g < -1e-9 for g in (a, b)) / 2
 
 
+@pytest.mark.slow
 def test_a_rule_that_accepts_nothing_delivers_exactly_the_seed(scored_grid):
     "A rule rejecting every candidate, run after rules that moved the skills, delivers the seed: +0.00 exactly."
     summary, work = scored_grid
@@ -232,6 +241,7 @@ def llm_calls(ws: Path) -> int:
         return db.execute('SELECT COUNT(*) FROM llm_calls').fetchone()[0]
 
 
+@pytest.mark.slow
 def test_an_interrupted_grid_resumes_from_its_workdir(scored_grid, tmp_path, monkeypatch):
     "Ctrl-C inside seed 2's job; the same call again re-runs only that job, from a clean workspace, to the same JSON."
     real_run_world, ran = loop_bench.run_world, []

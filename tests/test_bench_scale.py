@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 
 import papermill as pm
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.notebooks]  # the tiers: conftest.py
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,6 +7,9 @@ from treetrm.agent.navigate import INFRA_STOP_REASONS
 from treetrm.data import load_questions
 from treetrm.log import HarnessLog
 from treetrm.sim.world import world_path
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.notebooks]  # the tiers: conftest.py
 
 ROOT = Path(__file__).resolve().parents[1]
 

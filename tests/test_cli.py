@@ -12,6 +12,8 @@ import pytest
 from treetrm.core import project_root, read_json
 from treetrm.sim.world import make_world
 
+pytestmark = [pytest.mark.notebooks]  # the tiers: conftest.py
+
 ROOT = project_root()
 STAGES = ('build', 'split', 'train', 'eval')
 TREETRM = shutil.which('treetrm', path=str(Path(sys.executable).parent))  # the console script of this environment
@@ -63,6 +65,7 @@ def test_runner_module_points_at_the_command():
     assert done.returncode == 2 and 'treetrm --help' in done.stderr, (done.returncode, done.stderr[-2000:])
 
 
+@pytest.mark.slow
 def test_train_writes_its_report_in_the_run_folder(tmp_path):
     "`treetrm train --run-id v2 -p epochs 1 --config small.yaml` on a small world, run from another folder."
     world, ws = make_world(tmp_path/'world', seed=0, n_videos=8), tmp_path/'ws'
@@ -83,6 +86,7 @@ def test_train_writes_its_report_in_the_run_folder(tmp_path):
     assert read_json(ws/'runs'/'v2'/'metrics.json')['run_id'] == 'v2'
 
 
+@pytest.mark.slow
 def test_a_failing_stage_exits_1_and_keeps_its_report(tmp_path):
     done = command('eval', '-p', 'workspace', str(tmp_path/'empty'), '-p', 'pool', 'nowhere', cwd=tmp_path)
     assert done.returncode == 1 and 'stage eval stopped' in done.stderr, (done.returncode, done.stderr[-2000:])

@@ -83,6 +83,8 @@ if __name__ == '__main__':  # the subprocess: python tests/test_crashes.py WORKS
 
 import pytest
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 from treetrm.llm.resilience import cache_key
 from treetrm.log import TrainRunId
 from treetrm.log_schema import TABLES

@@ -25,6 +25,8 @@ from treetrm.log import TrainRunId
 from treetrm.gate.evaluators import inference_evaluator
 from treetrm.gate.validate import materialise_candidate, validate_skills_concurrent
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 SKILLS = project_root()/'prompts'/'skills'
 KEY = 'sk-faults-test-0123456789'
 RATES = (0.1, 0.3, 0.6)

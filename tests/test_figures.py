@@ -116,6 +116,7 @@ def test_best_r_step_line_draws_its_last_level(best):
 def _figure_texts(fig) -> list[str]:
     return [t.get_text() for t in fig.findobj(Text) if t.get_text()]
 
+@pytest.mark.slow
 def test_runner_reports_name_skills_and_pools_not_run_ids(tmp_path, monkeypatch):
     from treetrm.train.settings import TrainConfig
     from treetrm.train.runner import Runner

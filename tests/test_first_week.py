@@ -41,6 +41,8 @@ def test_a_forecast_without_a_price_says_so():
     assert f['judge']['cost'] is None and shown_usage(f['judge'])['cost'] == 'no price set'
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_split_dry_run_prints_its_forecast_once(tmp_path):
     run = papermill('split.ipynb', tmp_path/'out.ipynb', '-p', 'workspace', str(tmp_path/'ws'), '-p', 'dry_run', 'True')
     assert run.returncode == 0, run.stderr[-2000:]
@@ -102,6 +104,7 @@ def test_ipywidgets_is_in_the_dev_extra():
     assert 'ipywidgets' in ini['DEFAULT']['dev_requirements'].split()
 
 
+@pytest.mark.notebooks
 def test_build_notebook_ends_without_a_keyboard_interrupt(tmp_path):
     videos = make_synthetic_videos(tmp_path/'videos', n_videos=2)
     run = papermill('build.ipynb', tmp_path/'out.ipynb', '-p', 'videos', str(videos),

@@ -376,6 +376,7 @@ def test_final_look_raises_power_at_the_ladder_end():
 # --- every alpha the harm bar can derive (issue 31) ------------------------------------------------------------------
 PROBATION_GATE = GateParams(alpha=0.05, alpha_final=0.0, alpha_prov=0.2)  # the seed's design: provisional accepts
 
+@pytest.mark.slow
 @pytest.mark.parametrize('cap', [20, 60, 300])
 @pytest.mark.parametrize('design', ['default', 'probation'])
 def test_every_dial_alpha_holds_its_level_on_null_edits(cap, design):

@@ -6,6 +6,9 @@ import json
 import papermill as pm
 
 from treetrm.core import project_root
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.notebooks]  # the tiers: conftest.py
 
 NBS = project_root()/'nbs'
 

@@ -12,6 +12,7 @@ from treetrm.log import HarnessLog
 from treetrm.sim.world import ensure_demo_world, load_world
 from treetrm.sim.sim_agent import SimAgent
 from treetrm.sim.server import serve
+import pytest
 
 DEMO = ensure_demo_world()
 
@@ -29,6 +30,7 @@ async def infer(provider, log, run_id, questions, skills):
     replies = [[s['raw'] for s in json.loads(j)] for j in p['steps_json']]
     return p.select('question_id', 'prediction', 'stop_reason', 'steps_used', 'tokens'), replies
 
+@pytest.mark.slow
 def test_http_matches_in_process(tmp_path):
     questions, skills = load_questions(DEMO/'questions.jsonl')[:65], mixed_skills(tmp_path)
     # one log per path and the same run id: the per-question sampling seed derives from the run id

@@ -100,6 +100,7 @@ def open_fresh(path, barrier, results):
         with HarnessLog(path) as log: results.put(log.query('PRAGMA journal_mode').item())
     except Exception as e: results.put(repr(e))
 
+@pytest.mark.slow
 def test_racing_openers_of_a_new_file_all_get_wal(tmp_path):
     "Three processes create one harness.db at once, 15 times: each gets a WAL connection, none 'database is locked'."
     # Before `connect_wal` retried the WAL switch, about one opener in six failed at once (measured: 21 of 120), so 45

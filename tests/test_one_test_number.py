@@ -12,6 +12,8 @@ from treetrm.train.runner import Runner
 from treetrm.sim.world import make_world
 from treetrm.gate.validate import base_skills_sha
 
+pytestmark = [pytest.mark.slow, pytest.mark.notebooks]  # the tiers: conftest.py
+
 ROOT = project_root()
 README = (ROOT/'README.md').read_text(encoding='utf-8')
 TRAIN = re.search(r'(\.venv/bin/papermill nbs/train\.ipynb out\.ipynb -k python3 -p run_id v1)\n', README)[1]

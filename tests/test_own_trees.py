@@ -13,6 +13,8 @@ from treetrm.train.runner import Runner
 from treetrm.sim.world import make_world
 from treetrm.build.video import make_synthetic_videos
 
+pytestmark = [pytest.mark.notebooks]  # the tiers: conftest.py
+
 ROOT = project_root()
 
 

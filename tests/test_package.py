@@ -39,6 +39,7 @@ def _wheel(tmp_path) -> Path:
     return next(out.glob('treetrm-*.whl'))
 
 
+@pytest.mark.slow
 def test_wheel_trains_the_demo_from_an_empty_folder(tmp_path):
     ("A fresh venv with only the built wheel (its dependencies borrowed from this venv, not its code) "
      "trains from an empty folder.")

@@ -13,6 +13,8 @@ from treetrm.bench.throughput import CONFIGS, planted_truth, planted_wide, rules
 from treetrm.core import project_root
 from treetrm.sim.world import ensure_demo_world, load_world
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 WORLD = load_world()
 
 @pytest.fixture(scope='module')

@@ -13,8 +13,10 @@ from treetrm.core import ConfigError
 from treetrm.executors import run_jobs
 from treetrm.bench.loop_bench import run_grid, BenchSettings, job_rows_file
 from treetrm.train.sweep import sweep
-from test_bench_loop import TINY, SETTINGS, UNREACHABLE, without_wall_s
+from test_bench_loop import TINY, TINY_GRID, SETTINGS, UNREACHABLE, without_wall_s
 from test_sweep import RUNS, CONFIG, when
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]  # the tiers: conftest.py
 
 RAY = Path(sys.executable).parent/'ray'
 GRID = dict(rules=('greedy', 'gate'), budget=300, seeds=(0, 1), settings=BenchSettings(**SETTINGS), verbose=False)
@@ -77,9 +79,11 @@ def cluster():
 
 
 @pytest.fixture(scope='module')
-def processes_json(tmp_path_factory):
-    "The tiny grid with the processes executor (in this process): the JSON every Ray run must give."
-    return without_wall_s(asyncio.run(run_grid([TINY], workdir=tmp_path_factory.mktemp('processes'), **GRID)))
+def processes_json(tiny_grid_serial):
+    ("The tiny grid with the processes executor (in this process, made once per test run: conftest.py): the JSON "
+     "every Ray run must give.")
+    assert GRID == TINY_GRID  # the grid tiny_grid_serial ran (processes=1 is run_grid's default)
+    return without_wall_s(tiny_grid_serial)
 
 
 def scratch_folders(tmp: Path) -> list[Path]: return list(tmp.glob('treetrm-job-*'))
@@ -154,9 +158,9 @@ def test_asking_for_ray_without_it_says_how_to_install(monkeypatch, tmp_path):
     assert not list(tmp_path.iterdir())  # refused before anything was written
 
 
-def test_a_sweep_on_the_cluster_gives_the_rows_of_this_process(cluster, tmp_path):
+def test_a_sweep_on_the_cluster_gives_the_rows_of_this_process(cluster, serial_sweep, tmp_path):
     address = cluster[0]
-    here = asyncio.run(sweep(RUNS, tmp_path/'here', config=CONFIG, verbose=False))
+    here = serial_sweep[0]  # sweep(RUNS, config=CONFIG) in this process, made once per test run (conftest.py)
     on_ray = asyncio.run(sweep(RUNS, tmp_path/'ray', config=CONFIG, executor='ray', address=address, verbose=False))
     assert on_ray.drop('wall_s').equals(here.drop('wall_s'))
 

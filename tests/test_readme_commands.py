@@ -72,6 +72,9 @@ NOT_RUN = {  # a block's marker -> why no test runs it
                    '(tests/test_gepa_integration.py)',
     "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/nbdev_test && .venv/bin/pytest -q tests":
         'the CI command itself: .ci/run makes the venv, installs the dev extra and runs nbdev_test and pytest',
+    '.venv/bin/pytest -q tests -m "not slow and not ray and not real_model"':
+        'the test tiers themselves: a test that ran them would run this suite inside itself (the fast tier is '
+        'what a developer runs before a commit, the full tier is what .ci/run runs)',
     'python3 -m venv .venv-llama':
         'compiles llama.cpp (10-15 min on 2 cores) and serves a real model on port 8080; CI builds the same server '
         '(.ci/run) and tests/test_real_model.py runs split, train and eval on it (its own world and config); '
@@ -219,6 +222,8 @@ def check_artifact(folder: Path, run_dir: Path):
     for name, sha in listed.items(): assert hashlib.sha256((folder/name).read_bytes()).hexdigest() == sha, name
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_script_form_runs_as_a_script(tmp_path):
     "`python train.py` from an empty folder: the demo trains, a bar shows steps and an ETA, the run is exported."
     (tmp_path/'train.py').write_text(readme_block('import asyncio'))
@@ -229,6 +234,8 @@ def test_script_form_runs_as_a_script(tmp_path):
     check_artifact(tmp_path/'artifact', tmp_path/'my_ws'/'runs'/'v1')
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_notebook_form_runs_in_a_kernel(tmp_path):
     "The notebook form as one cell of a notebook (top-level await), executed from an empty folder."
     nb = nbformat.v4.new_notebook(
@@ -244,6 +251,8 @@ def test_notebook_form_runs_in_a_kernel(tmp_path):
     check_artifact(tmp_path/'artifact', tmp_path/'my_ws'/'runs'/'v1')
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_treetrm_commands_run_as_written(checkout):
     "The `treetrm` block word for word in a checkout, `my.yaml` being the configuration section's YAML."
     block = readme_block('treetrm train --run-id v2 -p epochs 3 --config my.yaml')
@@ -264,6 +273,8 @@ def price_names() -> list[str]:
     return re.findall(r'`(_PRICE_\w+)`', row.split('|')[1])
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_env_file_and_prices_reach_the_split_forecast(checkout):
     "The README's `.env` at the project root, prices by the table's variables: the split's dry run costs the roles."
     (price_in, price_out) = price_names()
@@ -301,6 +312,8 @@ def check_trained_over_http(ws: Path, srv, n_questions: int):
     finally: log.close()
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_own_model_training_command_over_http(checkout):
     "The `backend openai` command on a sim world at data/mybench, every role served over HTTP."
     world = make_world(checkout/'data'/'mybench', seed=0, n_videos=8)
@@ -322,6 +335,8 @@ def write_videomme_parquet(questions_jsonl: Path, out: Path) -> Path:
     return out
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_own_data_training_command_reads_videomme_files(checkout, tmp_path):
     "The Video-MME command on a parquet and trees at the paths it names, every role served over HTTP."
     world, videomme = make_world(tmp_path/'world', seed=0, n_videos=8), checkout/'data'/'videomme'
@@ -335,6 +350,8 @@ def test_own_data_training_command_reads_videomme_files(checkout, tmp_path):
         check_trained_over_http(checkout/'workspaces'/'mine', srv, len(load_questions(world/'questions.jsonl')))
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_build_command_over_http(checkout):
     "The build command word for word on two clips, their parquet and subtitles, the vision role over HTTP."
     videomme = checkout/'data'/'videomme'
@@ -368,6 +385,8 @@ def test_local_model_recipe_data_and_config(tmp_path):
     assert (config.train.epochs, config.train.max_steps, config.split.test_ratio) == (1, 1, 0.34)
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_reduced_benchmark_grid_runs_as_written(checkout):
     "The benchmark block's first line word for word in a checkout: the reduced grid, one cell, 3 world seeds, every"
     " rule. Its second line is the same notebook with `-p full True` (12 cells × 10 seeds: hours, a benchmark run)."

@@ -17,6 +17,8 @@ from treetrm.core import project_root, read_json
 from treetrm.log import HarnessLog
 from treetrm.sim.world import make_world
 
+pytestmark = [pytest.mark.slow, pytest.mark.real_model, pytest.mark.notebooks]  # the tiers: conftest.py
+
 ROOT, NBS = project_root(), project_root()/'nbs'
 PY = os.environ.get('TREETRM_LLAMA_PYTHON') or sys.executable
 MODEL = 'smollm2-135m'

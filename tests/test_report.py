@@ -32,6 +32,7 @@ def _render(out_dir:Path, epoch:str, script:str=FIGURE_SCRIPT) -> dict:
     subprocess.run([sys.executable, '-c', script, str(out_dir)], check=True, env=env, cwd=ROOT, timeout=120)
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out_dir.iterdir())}
 
+@pytest.mark.slow
 def test_save_figure_is_byte_stable_across_processes(tmp_path):
     # Different SOURCE_DATE_EPOCH values: matplotlib would write them as the file date if the metadata were not fixed.
     a, b = _render(tmp_path/'a', '1000000000'), _render(tmp_path/'b', '1700000000')
@@ -44,6 +45,7 @@ def test_save_figure_is_byte_stable_across_processes(tmp_path):
     assert (tmp_path/'a'/'e_values.pdf').read_bytes().rstrip().endswith(b'%%EOF')
     assert (tmp_path/'a'/'e_values.svg').read_bytes().rstrip().endswith(b'</svg>')
 
+@pytest.mark.slow
 def test_default_savefig_would_not_be_stable(tmp_path):
     "The control: plain savefig under two SOURCE_DATE_EPOCH values gives different PDFs, so the test above can fail."
     plain = FIGURE_SCRIPT.replace("save_figure(plot_e_values(traj, title='byte stability'), 'e_values', sys.argv[1])",

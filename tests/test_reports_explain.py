@@ -11,6 +11,8 @@ from treetrm.train.runner import Runner
 from treetrm.sim.world import make_world
 from treetrm import report
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 TYPES = {'Counting Problem': 2, 'OCR Problems': 1}  # OCR has half Counting's validation units: it can be left ungated
 SPLIT = {'val_wrong_min': 0, 'epsilon': 1.0}
 

@@ -12,6 +12,8 @@ from treetrm.train.runner import DEFAULT_SPLIT
 from treetrm.sim.world import make_world
 from treetrm.sim.server import serve
 
+pytestmark = [pytest.mark.slow, pytest.mark.notebooks]  # the tiers: conftest.py
+
 ROOT = project_root()
 # not key-shaped (no 'sk-' prefix), so only real redaction can keep it out, not the key-shape pattern
 CANARY = 'CANARYc4n4ry7f3a9e1d5b2'

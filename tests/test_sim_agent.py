@@ -33,6 +33,7 @@ def by_type(n):
     for qid, ev in WORLD['evidence'].items(): out.setdefault(ev['task_type'], []).append(qid)
     return {t: qids[:n] for t, qids in out.items()}
 
+@pytest.mark.slow
 def test_each_rule_alone_reaches_exactly_the_planted_evidence():
     "With the seed skill plus any one rule, the agent is ready exactly when `reachable` says so, and then right."
     bad, n = [], 0

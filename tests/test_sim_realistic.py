@@ -65,6 +65,7 @@ def _with_rules(world, tmp_path, picks):
     for n, s in files.items(): (d/n).write_text(s)
     return d
 
+@pytest.mark.slow
 def test_true_accuracy_matches_many_runs(world, tmp_path):
     w = load_world(world)
     picks = [(t, r) for t, v in sorted(w['task_types'].items())
@@ -84,6 +85,7 @@ def test_true_accuracy_matches_many_runs(world, tmp_path):
     assert abs(mean - truth) < 3 * se, (mean, truth, se)
     assert truth - true_accuracy(world, SEED_SKILLS, qs) > 0.01  # the two best rules of each type move the truth
 
+@pytest.mark.slow
 def test_one_call_agent_agrees_with_tool_agent(world, tmp_path):
     w = load_world(world)
     qs = list(world_questions(world).values())[:240]

@@ -18,6 +18,8 @@ from treetrm.log import HarnessLog
 from treetrm.sim.generator import QUESTIONS_PER_VIDEO
 from treetrm.sim.world import make_world
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 N, C = 2000, 64
 LATENCY_S, JITTER_S = 0.75, 0.6  # per call: uniform in [L - J, L + J], mean L
 # The HTTP path costs the harness 4.5-6 ms of CPU per call (the openai SDK's request building and reply parsing,

@@ -15,6 +15,8 @@ from treetrm.log import HarnessLog
 from treetrm.report import cost_table
 from treetrm.sim.world import make_world
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 # attempt -> (role, k): the k-th request of that role in the attempt is answered and its client killed. The split's
 # baseline (agent), its diagnosis (judge) after the first resume, training's first proposal (evolver) after the second.
 KILLS = {0: ('agent', 5), 1: ('judge', 2), 2: ('evolver', 1)}

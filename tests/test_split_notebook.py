@@ -12,6 +12,8 @@ from treetrm.llm.backends import make_providers
 from treetrm.split.by_video import POOLS
 from treetrm.split.stage import load_split
 
+pytestmark = [pytest.mark.slow, pytest.mark.notebooks]  # the tiers: conftest.py
+
 ROOT = project_root()
 NB = ROOT/'nbs'/'split.ipynb'
 

@@ -45,6 +45,8 @@ def test_a_bad_parameter_is_a_config_error_naming_it(value, name):
         stage_config(None, value) if name == 'settings' else stage_config(None, None, floor_k=value)
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_readme_configuration_command_runs_through_papermill(tmp_path):
     "The README's command line, word for word, on a small world: its config file, `-p epochs 4` and the settings text."
     (command, ) = [l for l in README.splitlines() if SETTINGS_COMMAND in l]
@@ -65,6 +67,8 @@ def test_readme_configuration_command_runs_through_papermill(tmp_path):
     assert re.search(r'│ train\.gate\.tau +┆ 0\.1 +│', shown)  # the resolved configuration table says so
 
 
+@pytest.mark.notebooks
+@pytest.mark.slow
 def test_build_notebook_takes_bounds_as_text(tmp_path):
     "`build.ipynb -p bounds \"{...}\"` through papermill's command line: the bounds reach the builder."
     videos = make_synthetic_videos(tmp_path/'videos', n_videos=1, n_shots=2, seconds=6.0)

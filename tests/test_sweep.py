@@ -9,6 +9,8 @@ from treetrm.train import sweep as sweep_module
 from treetrm.core import ConfigError
 from treetrm.train.sweep import sweep, sweep_grid
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 CONFIG = dict(epochs=1, max_calls=400, min_ladder_units=4)
 RUNS = sweep_grid(seed=[0, 1], harm_risk=[0.05])  # two runs: the seeds differ, the harm bar is shared
 
@@ -17,9 +19,9 @@ def rows(frame): return frame.drop('wall_s')
 
 
 @pytest.fixture(scope='module')
-def serial(tmp_path_factory):
-    work = tmp_path_factory.mktemp('serial')
-    return asyncio.run(sweep(RUNS, work, config=CONFIG, verbose=False)), work
+def serial(serial_sweep):
+    "sweep(RUNS, work, config=CONFIG) in this process: (frame, work), made once per test run (conftest.py), read only."
+    return serial_sweep
 
 
 def test_each_run_trains_in_its_own_copy_of_one_split(serial):

@@ -69,6 +69,7 @@ def test_budget_is_refused_before_the_call():
     finally: CALL_BUDGET.reset(token)
 
 
+@pytest.mark.slow
 def test_budget_binds_over_http(tmp_path, world, monkeypatch):
     "On the openai backend (the sim server over real HTTP) every role's calls take from the budget too."
     from treetrm.sim.server import serve

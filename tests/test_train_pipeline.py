@@ -10,6 +10,8 @@ from treetrm.core import project_root, read_json
 from treetrm.sim.world import make_world
 from treetrm.agent.versions import VersionStore, load_manifest
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 ROOT = project_root()
 NBS = ROOT/'nbs'
 

@@ -9,6 +9,8 @@ from treetrm.core import project_root
 from treetrm.sim.world import make_world, world_questions
 from treetrm.sim.sim_agent import parse_first_user
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 ROOT = project_root()
 
 DRIVER = r'''

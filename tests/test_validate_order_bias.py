@@ -15,6 +15,8 @@ from treetrm.gate.ladder import Ladder
 from treetrm.gate.evaluators import UnitOutcome, scripted_evaluator
 from treetrm.gate.validate import validate_skills_concurrent
 
+pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
+
 N_CALLS, TYPES_PER_CALL, LADDER = 20, 20, 60   # 400 gates per consume mode, 60-unit ladders
 P_RIGHT = 0.6                                   # both arms: same per-unit correctness probability (null world)
 ALPHA = GateParams().alpha
