@@ -43,7 +43,7 @@ def pytest_xdist_make_scheduler(config, log):
 def tiny_grid_serial(tmp_path_factory):
     ("The loop benchmark's tiny grid (rules greedy and gate, budget 300, world seeds 0 and 1) in this process: the "
      "serial summary that test_bench_loop compares worker processes with and test_ray compares every Ray run with.")
-    from treetrm.bench.loop import run_grid, BenchSettings
+    from treetrm.bench.loop_bench import run_grid, BenchSettings
     from test_bench_loop import TINY, SETTINGS
     kw = dict(rules=('greedy', 'gate'), budget=300, seeds=(0, 1), settings=BenchSettings(**SETTINGS), verbose=False)
     return asyncio.run(run_grid([TINY], processes=1, workdir=tmp_path_factory.mktemp('tiny_grid'), **kw))
