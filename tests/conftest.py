@@ -14,9 +14,14 @@ serial sweep) or start Ray run on one worker, one after another: their session f
 Rays never start side by side on this machine (Ray's fixed default ports). Session fixtures hand out results that
 tests only read; a test that writes copies a fixture's folder into its own tmp_path first.
 """
-import asyncio
+import asyncio, os
 
 import pytest
+
+# Ray runs its workers at niceness 15 by default: beside two busy loops (the CI check on a busy machine) they got about
+# 5% of a core and a grid's first job took most of the tests' 20-minute wait. The Rays these tests start (`ray start`
+# subprocesses and `ray.init` here inherit the environment) run their workers at the tests' own priority.
+os.environ.setdefault('RAY_worker_niceness', '0')
 
 # files that run on one xdist worker together: they read the same session fixtures, or they start Ray
 SHARED_WORKER = {'test_bench_loop.py': 'grid', 'test_sweep.py': 'grid', 'test_ray.py': 'grid',
