@@ -5,11 +5,14 @@
 # %% ../../nbs/bench/01b_grid.ipynb #8022fb68
 from __future__ import annotations
 from dataclasses import dataclass
+from ..sim.world import VIDEO_MME_TYPE_COUNTS
+from ..sim.realism import GREEDY_NOISE, component_counts
 
 # %% auto #0
-__all__ = ['DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'CellSpec', 'grid_cells', 'BenchSettings',
-           'bench_run_config', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'val_units',
-           'cell_mixture']
+__all__ = ['DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'REGIMES', 'VIDEO_MME_VIDEOS',
+           'VIDEO_IDIOSYNCRASY', 'MAP_SIZES', 'CellSpec', 'grid_cells', 'BenchSettings', 'bench_run_config',
+           'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'videomme_type_counts', 'regime_world',
+           'val_units', 'cell_regime', 'cell_mixture']
 
 # %% ../../nbs/bench/01b_grid.ipynb #901c1dd3
 @dataclass(frozen=True)
@@ -55,7 +58,10 @@ def realistic_world(effects:str='balanced', flip_rate:float=0.2, val_units:int=6
                 realism=dict(effects=effects, flip_rate=flip_rate, **noise))
 
 def cell_budget(world:dict) -> int:
-    "10 calls per validation unit of a gated type: 5x the validation pool at 1x, 10x at the curve's 2x."
+    "10 calls per validation unit of a gated type (of every unit, in a world dealt by type counts): 5x the pool at 1x."
+    if 'type_counts' in world:  # the split's validation share of the questions
+        s = DEFAULT_GRID_SPLIT
+        return 10 * round(sum(world['type_counts'].values()) * (1 - s['test_ratio']) * s['val_ratio'])
     units = next(u for u, v in VIDEOS_FOR_UNITS.items() if v == world['n_videos'])
     return 10 * units
 
@@ -67,11 +73,38 @@ def reduced_grid(**noise) -> list[dict]:
     "The default run's one cell: balanced effects, 20% flips, about 60 validation units per gated type."
     return [realistic_world('balanced', 0.2, 60, **noise)]
 
+# %% ../../nbs/bench/01b_grid.ipynb #e875468c
+REGIMES = {'sampled': {}, 'greedy': GREEDY_NOISE}  # noise regime -> realism settings on top of the world's
+VIDEO_MME_VIDEOS = 300  # Video-MME's long split: 300 videos, 900 questions
+VIDEO_IDIOSYNCRASY = 0.1  # assumption: the sd of a rule's effect shared by a video's questions (no measurement)
+MAP_SIZES = (60, 300, 'videomme')
+
+def videomme_type_counts(n_questions:int=3 * VIDEO_MME_VIDEOS) -> dict:
+    "Questions per task type: Video-MME's 12 types at their shares of the benchmark, `n_questions` in all."
+    types = list(VIDEO_MME_TYPE_COUNTS)
+    total = sum(VIDEO_MME_TYPE_COUNTS.values())
+    return dict(zip(types, component_counts([VIDEO_MME_TYPE_COUNTS[t] / total for t in types], n_questions)))
+
+def regime_world(effects:str, # an effect mixture
+                 regime:str, # a name of REGIMES
+                 size # 60 or 300 (validation units per gated type of the grid's two types) or 'videomme'
+                ) -> dict:
+    "The make_world arguments of one cell of the regime map."
+    noise = dict(REGIMES[regime])
+    if size != 'videomme': return realistic_world(effects, 0.2, size, **noise)
+    return dict(profile='realistic', n_videos=VIDEO_MME_VIDEOS, type_counts=videomme_type_counts(),
+                realism=dict(effects=effects, flip_rate=0.2, video_idiosyncrasy=VIDEO_IDIOSYNCRASY, **noise))
+
 # %% ../../nbs/bench/01b_grid.ipynb #728ee735
 def val_units(world:dict) -> str:
-    "A cell's validation size: units per gated type for the grid's worlds, else its number of videos."
+    "A cell's validation size: units per gated type for the grid's worlds, 'videomme' for that shape, else its videos."
+    if 'type_counts' in world: return 'videomme'
     return next((str(u) for u, v in VIDEOS_FOR_UNITS.items() if v == world.get('n_videos')),
                 f"{world.get('n_videos')} videos")
+
+def cell_regime(cell:dict) -> str:
+    "A cell's noise regime: 'greedy' (temperature 0) or 'sampled'."
+    return cell['world'].get('realism', {}).get('decoding', 'sampled')
 
 def cell_mixture(cell:dict) -> str:
     "A cell's effect mixture (`realism.effects`; the profile for other worlds): the bar pools noise levels by it."

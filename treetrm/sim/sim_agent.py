@@ -430,10 +430,11 @@ def agent_reply(world:dict, # a parsed world.json
 
 # %% ../../nbs/sim/03_sim_agent.ipynb #4aa04b01
 def realistic_draw(world:dict, q:Question, skill_text:str, seed:int) -> dict:
-    "One run's draws for `q` under this skill text (`draw_answer`; `draw_coupled` when the world sets a coupling)."
+    "One run's draws for `q` under this skill text (`draw_answer`; `draw_coupled` under a coupling; `draw_greedy`)."
     rules, coupling = skill_rules(world, q.task_type, skill_text), world['realism'].get('coupling')
-    effects = rule_effects(rules, q.question_id, world['evidence'][q.question_id]['class'], world['seed'])
-    d, rng = seeded_draw(world['models'][q.question_id], effects, seed, q.question_id, skill_text, coupling)
+    effects = rule_effects(rules, q.question_id, world['evidence'][q.question_id]['class'], world['seed'], q.video_id)
+    d, rng = seeded_draw(world['models'][q.question_id], effects, seed, q.question_id, skill_text, coupling,
+                         world['realism']['calibration'].get('fresh'))
     letters = 'ABCDEFGH'[:len(q.options)]
     return d | {'letter': q.answer if d['right'] else rng.choice([l for l in letters if l != q.answer])}
 

@@ -4,23 +4,25 @@
 
 # %% ../../nbs/sim/02_world.ipynb #a210cfce
 from __future__ import annotations
-import os
+import collections, os, random
 from pathlib import Path
 from ..core import (ConfigError, DataError, atomic_write_json, asset_dir, read_json, sha256_file, sha256_json,
-                          where)
+                          stable_seed, where)
 from ..data import Question, load_questions, option_text, save_questions
 from ..trees import load_tree
 from .realism import NOISE_LEGACY, RealismParams, question_models, realistic_rules, rule_effects, p_right
 from .evidence import derive_answer, observe_features
 from .generator import (CLASS_WEIGHTS, evidence_rules, make_video, PLANTERS, QUESTIONS_PER_VIDEO, reachable,
-                               rule_effect, type_rule_specs, TYPE_RULES, duration_class, type_slug)
+                               rule_effect, type_rule_specs, TYPE_RULES, duration_class, type_slug, PLANTED_AS,
+                               planted_as)
 
 # %% auto #0
-__all__ = ['EFFECT_METHOD', 'REALISTIC_EFFECT_METHOD', 'PROFILES', 'DEMO_SEED', 'DEMO_VIDEOS', 'SMALL_SEED', 'SMALL_VIDEOS',
-           'world_fingerprint', 'world_rules', 'realism_params', 'realistic_layer', 'make_world', 'planted_truth',
-           'check_world', 'ensure_demo_world', 'world_key', 'world_path', 'load_world', 'small_world',
-           'world_questions', 'world_tree', 'skill_rules', 'skill_behaviours', 'expected_accuracy', 'skill_files',
-           'type_skill_text', 'question_probability', 'true_accuracy', 'world_questions_by_id']
+__all__ = ['EFFECT_METHOD', 'REALISTIC_EFFECT_METHOD', 'PROFILES', 'VIDEO_MME_TYPE_COUNTS', 'VIDEO_QUESTIONS', 'DEMO_SEED',
+           'DEMO_VIDEOS', 'SMALL_SEED', 'SMALL_VIDEOS', 'world_fingerprint', 'world_rules', 'realism_params',
+           'realistic_layer', 'video_type_slots', 'make_world', 'planted_truth', 'check_world', 'ensure_demo_world',
+           'world_key', 'world_path', 'load_world', 'small_world', 'world_questions', 'world_tree', 'skill_rules',
+           'skill_behaviours', 'expected_accuracy', 'skill_files', 'type_skill_text', 'question_probability',
+           'true_accuracy', 'world_questions_by_id']
 
 # %% ../../nbs/sim/02_world.ipynb #e9c91d7d
 def _difficulty(requires: list) -> str:
@@ -29,12 +31,13 @@ def _difficulty(requires: list) -> str:
 def _evidence(tree, q:dict) -> dict:
     "The world.json evidence record of a planted question, features read from the tree."
     opts = [option_text(o) for o in q['options']]
-    feats = observe_features(tree, q['task_type'], q['key'], opts, q['answer'])
-    requires, hidden_by = evidence_rules(q['task_type'], feats)
+    base = q.get('planted_as', q['task_type'])
+    feats = observe_features(tree, base, q['key'], opts, q['answer'])
+    requires, hidden_by = evidence_rules(base, feats)
     return {
         'task_type': q['task_type'], 'video_id': q['video_id'], 'key': q['key'], 'class': q['class'], 'features': feats,
         'requires': requires, 'hidden_by': hidden_by, 'source_nodes': q['source_nodes']
-    }
+    } | ({'planted_as': base} if base != q['task_type'] else {})
 
 def _question_record(q:dict, ev:dict, duration:float, domain:str) -> Question:
     return Question(q['question_id'], q['video_id'], q['task_type'], q['question'], tuple(q['options']), q['letter'],
@@ -87,16 +90,20 @@ def realistic_layer(evidence:dict, seed:int, params:RealismParams) -> dict:
     models, calibration = question_models(evidence, seed, params)
     types = {}
     for tt in sorted({e['task_type'] for e in evidence.values()}):
-        rules = realistic_rules(tt, type_slug(tt), TYPE_RULES[tt][0], evidence, models, seed, params)
+        rules = realistic_rules(tt, type_slug(tt), TYPE_RULES[planted_as(tt)][0], evidence, models, seed, params)
         types[tt] = {'n_questions': sum(e['task_type'] == tt for e in evidence.values()), 'rules': rules}
     return {'models': models, 'task_types': types, 'realism': params.to_dict() | {'calibration': calibration}}
 
-def _check_world_settings(qpv:dict, profile:str, realism:dict|None):
+def _check_world_settings(qpv:dict, profile:str, realism:dict|None, field:str='questions_per_video'):
     "A `ConfigError` for a task type without a planter, an unknown profile, or realism settings off the realistic one."
-    if unknown := set(qpv) - set(PLANTERS):
+    if unknown := set(qpv) - set(PLANTERS) - set(PLANTED_AS):
         raise ConfigError(
-            where(f'no planter for task types {sorted(unknown)}', f'Use some of {list(PLANTERS)}',
-                  field='questions_per_video'))
+            where(f'no planter for task types {sorted(unknown)}', f'Use some of {[*PLANTERS, *PLANTED_AS]}',
+                  field=field))
+    if (borrowed := sorted(set(qpv) & set(PLANTED_AS))) and profile != 'realistic':
+        raise ConfigError(
+            where(f'task types {borrowed} are planted like others and only the realistic profile gives them rules',
+                  "Pass profile='realistic', or use some of {list(PLANTERS)}", field=field))
     if profile not in PROFILES:
         raise ConfigError(
             where(f'unknown world profile {profile!r}', f'Use one of {", ".join(PROFILES)}', field='profile'))
@@ -104,21 +111,62 @@ def _check_world_settings(qpv:dict, profile:str, realism:dict|None):
         raise ConfigError(
             where('realism settings need the realistic profile', "Pass profile='realistic'", field='realism'))
 
+# Questions per task type in Video-MME's 2,700 (its 12 task types; these sum to 2,700, 3 a video). Source: the
+# per-type totals as reported for the benchmark (recalled, not read from the dataset here: this machine cannot reach
+# it; check against `lmms-lab/Video-MME` before citing a type's exact count). The long split's own shares differ.
+VIDEO_MME_TYPE_COUNTS = {
+    'Temporal Perception': 55, 'Spatial Perception': 54, 'Attribute Perception': 222, 'Action Recognition': 313,
+    'Object Recognition': 354, 'OCR Problems': 139, 'Counting Problem': 268, 'Temporal Reasoning': 177,
+    'Spatial Reasoning': 56, 'Action Reasoning': 285, 'Object Reasoning': 454, 'Information Synopsis': 323}
+
+def video_type_slots(type_counts:dict, # task type -> questions in the world
+                     per_video:int, # questions each video holds
+                     seed:int # world seed
+                    ) -> list[dict]:
+    "Each video's task type -> questions: a type's questions dealt to different videos (seeded), `per_video` a video."
+    rng = random.Random(stable_seed('sim-world', seed, 'type-slots'))
+    types = rng.sample(list(type_counts), len(type_counts))
+    n_videos = -(-sum(type_counts.values()) // per_video)
+    videos = [collections.Counter() for _ in range(n_videos)]
+    # striped: the k-th question goes to video k mod n, so no video holds a type twice while a type has <= n questions
+    # (a video asking "what is it mainly about?" twice would repeat itself)
+    for k, t in enumerate(t for t in types for _ in range(type_counts[t])): videos[k % n_videos][t] += 1
+    rng.shuffle(videos)
+    return [dict(v) for v in videos]
+
+VIDEO_QUESTIONS = 3  # questions a video holds in a world dealt by `type_counts` (Video-MME's 3)
+
+def _type_slots(type_counts:dict|None, qpv:dict|None, n_videos:int, seed:int) -> list[dict]|None:
+    "Each video's task type -> questions when the world is dealt by `type_counts` (None otherwise), checked."
+    if type_counts is None: return None
+    if qpv is not None:
+        raise ConfigError(where('pass type_counts or questions_per_video, not both', field='type_counts'))
+    bad = {t: n for t, n in type_counts.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1}
+    if bad: raise ConfigError(where(f'type_counts must be whole numbers >= 1, got {bad}', field='type_counts'))
+    if (total := sum(type_counts.values())) != VIDEO_QUESTIONS * n_videos:
+        raise ConfigError(where(f'type_counts hold {total} questions but {n_videos} videos hold '
+                                f'{VIDEO_QUESTIONS * n_videos} ({VIDEO_QUESTIONS} a video)',
+                                f'Pass n_videos={-(-total // VIDEO_QUESTIONS)} and counts summing to a multiple of '
+                                f'{VIDEO_QUESTIONS}', field='type_counts'))
+    return video_type_slots(type_counts, VIDEO_QUESTIONS, seed)
+
 def make_world(
     out_dir: str | Path,  # folder to write (created; existing world files are overwritten)
     seed: int = 0,  # world seed: same seed, same bytes
     n_videos: int = 50,  # videos to generate
     questions_per_video: dict | None = None,  # task type -> questions per video (default QUESTIONS_PER_VIDEO)
     profile: str = 'easy',  # 'easy' (large clean rule effects: the demo) or 'realistic' (small noisy effects)
-    realism: dict | None = None  # realistic profile: `RealismParams` settings (effects, flip_rate, n_rules, ...)
+    realism: dict | None = None,  # realistic profile: `RealismParams` settings (effects, flip_rate, n_rules, ...)
+    type_counts: dict | None = None  # task type -> questions in the world, dealt 3 a video (not the same per video)
 ) -> Path:
     "Write a planted-truth world: trees/<videoID>/tree.json, questions.jsonl and world.json."
     out, qpv = Path(out_dir), questions_per_video or QUESTIONS_PER_VIDEO
-    _check_world_settings(qpv, profile, realism)
+    slots = _type_slots(type_counts, questions_per_video, n_videos, seed)
+    _check_world_settings(type_counts or qpv, profile, realism, 'type_counts' if type_counts else 'questions_per_video')
     params = realism_params(realism) if profile == 'realistic' else None  # checked before anything is written
     questions, evidence = [], {}
     for i in range(n_videos):
-        tree, planted = make_video(seed, i, qpv)
+        tree, planted = make_video(seed, i, slots[i] if slots else qpv)
         atomic_write_json(out / 'trees' / tree['videoID'] / 'tree.json', tree, indent=None)
         vt = load_tree(out / 'trees' / tree['videoID'])
         for q in planted:
@@ -126,9 +174,11 @@ def make_world(
             questions.append(_question_record(q, ev, tree['duration_seconds'], tree['domain']))
     save_questions(questions, out / 'questions.jsonl')
     world = {
-        'format': 'treetrm-sim-world/1', 'seed': seed, 'n_videos': n_videos, 'questions_per_video': qpv,
-        'class_weights': {t: CLASS_WEIGHTS[t]
-                          for t in qpv}, 'effect_method': EFFECT_METHOD, 'fingerprint': world_fingerprint(out),
+        'format': 'treetrm-sim-world/1', 'seed': seed, 'n_videos': n_videos,
+        **(dict(type_counts=type_counts, questions_per_video=VIDEO_QUESTIONS) if slots else
+           dict(questions_per_video=qpv)),
+        'class_weights': {t: CLASS_WEIGHTS[planted_as(t)] for t in type_counts or qpv},
+        'effect_method': EFFECT_METHOD, 'fingerprint': world_fingerprint(out),
         'task_types': world_rules(evidence), 'evidence': evidence
     }
     if params is not None:
@@ -143,11 +193,12 @@ def _question_problems(q:Question, ev:dict|None, tree) -> list[str]:
     if ev is None: return ['no evidence record in world.json']
     opts = [option_text(o) for o in q.options]
     answer = opts['ABCD'.index(q.answer)]
-    got, probs = derive_answer(tree, q.task_type, ev['key'], list(q.source_nodes), opts), []
+    base = ev.get('planted_as', q.task_type)  # a borrowed type's mechanics are its planter's
+    got, probs = derive_answer(tree, base, ev['key'], list(q.source_nodes), opts), []
     if got != answer: probs.append(f'source nodes support {got!r}, answer is {answer!r}')
-    feats = observe_features(tree, q.task_type, ev['key'], opts, answer)
+    feats = observe_features(tree, base, ev['key'], opts, answer)
     if feats != ev['features']: probs.append(f'features in the tree {feats} differ from world.json {ev["features"]}')
-    if list(evidence_rules(q.task_type, feats)) != [ev['requires'], ev['hidden_by']]:
+    if list(evidence_rules(base, feats)) != [ev['requires'], ev['hidden_by']]:
         probs.append('requires/hidden_by do not follow from the features')
     if len(set(opts)) != len(opts): probs.append('duplicate options')
     return probs
@@ -286,7 +337,8 @@ def question_probability(world:dict, question_id:str, skill_text:str, n_options:
     if world.get('profile') != 'realistic':
         return 1.0 if reachable(ev, skill_behaviours(world, ev['task_type'], skill_text)) else 1 / n_options
     rules = skill_rules(world, ev['task_type'], skill_text)
-    return p_right(world['models'][question_id], rule_effects(rules, question_id, ev['class'], world['seed']))
+    return p_right(world['models'][question_id],
+                   rule_effects(rules, question_id, ev['class'], world['seed'], ev.get('video_id')))
 
 def true_accuracy(world_dir:str|Path|None, # the world (None: the demo world)
                   skills, # a skills folder, or a dict of skill file name -> text
