@@ -1,5 +1,5 @@
 "The smallest confirmable edit (`gate.power.min_confirmable_edit`) against the gate run along simulated ladders."
-import math
+import asyncio, math
 from dataclasses import replace
 import numpy as np
 import pytest
@@ -57,3 +57,51 @@ def test_a_tiny_pool_says_it_cannot_confirm():
 def test_bad_input_names_the_field(kw, field):
     args = dict(n_units=60, discordance=0.3, params=run_gate(60)) | kw
     with pytest.raises(ConfigError, match=field): min_confirmable_edit(**args)
+
+
+# --- the statement in the split stage's report (offline, on the sim backend) ----------------------------------------
+
+SPLIT = dict(seed=0, test_ratio=0.25, epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2)
+
+@pytest.mark.slow  # a split on a 16-video sim world: ~6 s
+def test_split_measures_discordance_and_states_power(tmp_path, capsys):
+    from treetrm.gate.power import POWER_COLUMNS
+    from treetrm.sim.world import make_world
+    from treetrm.split.stage import read_discordance, show_split
+    from treetrm.train.runner import Runner
+    world = make_world(tmp_path/'world', seed=1, n_videos=16)
+    runner = Runner(tmp_path/'ws', backend='sim', data_dir=world, config={'min_ladder_units': 8}, split_config=SPLIT,
+                    concurrency=4, progress=False)
+    split = asyncio.run(runner.split(redraw_questions=12))
+    doc = read_discordance(runner.workspace)
+    assert doc['questions'] >= 12 and doc['run_id'] == 'baseline-redraw' and doc['temperature'] == 0.0
+    assert 0 < doc['pooled']['units'] <= doc['questions']  # whole units, answered on both draws
+    assert sum(c['discordant'] for c in doc['per_type'].values()) == doc['pooled']['discordant']
+    tab = runner.power_statement()
+    assert tab.columns == list(POWER_COLUMNS) and tab.height >= 1
+    assert set(tab['task_type']) <= {u for u in split.frame()['task_type']}
+    assert (tab['alpha'] == runner.config.gate.alpha).all()  # at the run's alpha
+    assert tab['discordance_source'][0].startswith('measured')  # measured, not the 2p(1-p) fallback
+    show_split(split, power=tab, discordance=doc)
+    out = capsys.readouterr().out
+    assert 'asked twice' in out and 'A second draw of the baseline gives a floor' in out and 'min_edit_points' in out
+
+@pytest.mark.slow
+def test_no_redraw_falls_back_and_says_so(tmp_path):
+    from treetrm.sim.world import make_world
+    from treetrm.split.stage import read_discordance
+    from treetrm.train.runner import Runner
+    world = make_world(tmp_path/'world', seed=1, n_videos=16)
+    runner = Runner(tmp_path/'ws', backend='sim', data_dir=world, config={'min_ladder_units': 8}, split_config=SPLIT,
+                    concurrency=4, progress=False)
+    asyncio.run(runner.split(redraw_questions=0))
+    assert read_discordance(runner.workspace) is None
+    assert runner.power_statement()['discordance_source'].str.starts_with('not measured').all()
+
+def test_bad_redraw_questions_is_refused_before_anything_runs(tmp_path):
+    from treetrm.sim.world import make_world
+    from treetrm.train.runner import Runner
+    world = make_world(tmp_path/'world', seed=1, n_videos=16)
+    runner = Runner(tmp_path/'ws', backend='sim', data_dir=world, split_config=SPLIT, progress=False)
+    with pytest.raises(ConfigError, match='redraw_questions'): asyncio.run(runner.split(redraw_questions=-1))
+    assert not (tmp_path/'ws'/'pools').exists()
