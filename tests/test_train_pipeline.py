@@ -41,9 +41,12 @@ def test_stage_notebook_is_committed_clean(name):
 
 def test_split_train_eval(tmp_path):
     world, ws = make_world(tmp_path/'world', seed=1, n_videos=16), tmp_path/'ws'
-    run('split.ipynb', tmp_path/'split.ipynb', workspace=str(ws), data_dir=str(world), seed=0, test_ratio=0.25,
-        epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2, concurrency=4, backend='sim')
+    split = run('split.ipynb', tmp_path/'split.ipynb', workspace=str(ws), data_dir=str(world), seed=0, test_ratio=0.25,
+                epsilon=0.3, report_floor=10, floor_k={}, val_ratio=0.6, val_wrong_min=2, concurrency=4, backend='sim')
     assert (ws/'pools'/'pools.json').exists()
+    # the power statement: the discordance of a second draw, and per type the smallest edit the gate can confirm
+    assert (ws/'pools'/'discordance.json').exists()
+    assert 'asked twice' in text_of(split) and 'min_edit_points' in text_of(split)
 
     # a config file under the notebook's parameters: the file sets these, the parameters win
     cfg = tmp_path/'small.yaml'
@@ -61,6 +64,9 @@ def test_split_train_eval(tmp_path):
     assert m['test']['n'] > 0 and 0 <= m['test']['delivered_accuracy'] <= 1
     assert set(m['forecast']['roles']) == {'agent', 'judge', 'evolver'} and m['actual']['agent']['calls'] > 0
     assert set(m['confirmed_rules']) == {'helpful', 'neutral', 'trap', 'unknown'}
+    assert [r['task_type'] for r in m['power']] == m['gated_task_types']  # one power row per gated type
+    assert all(r['alpha'] == frozen['gate_params']['alpha'] and r['evidence_cap'] >= r['ladder'] for r in m['power'])
+    assert all(r['discordance_source'].startswith('measured') for r in m['power'])
     # the best version is delivered; every version after the seed records its lineage
     store = VersionStore(ws, 'skills')
     assert load_manifest(ws).skills_current == m['best_version'] and m['best_version'] in store.versions()
@@ -70,7 +76,7 @@ def test_split_train_eval(tmp_path):
     assert {'.pdf', '.png', '.svg'} <= figures
     out = text_of(train)
     assert 'image/png' in out and 'text/html' in out
-    for shown in ('forecast', 'final report', 'paired_comparison', 'decision_log',
+    for shown in ('forecast', 'min_edit_points', 'final report', 'paired_comparison', 'decision_log',
                   'confirmed acceptances by rule kind'):
         assert shown in out, shown
 

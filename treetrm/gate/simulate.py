@@ -140,13 +140,13 @@ def gate_outcome_distribution(cap:int, # ladder length
     "Exact P(each decision) and P(stop after n units) for n = 0..cap, by dynamic programming over (W, L)."
     t, (w, l) = gate_tables(cap, params), np.indices((cap + 1, cap + 1))
     p_win, p_loss = discordance*q, discordance*(1 - q)
-    mass, by_exit, stop_at = np.zeros((cap + 1, cap + 1)), np.zeros(len(GATE_EXITS)), np.zeros(cap + 1)
-    mass[0, 0] = 1.0
-    for n in range(1, cap + 1):
-        new = (1 - discordance)*mass
-        new[1:, :] += p_win*mass[:-1, :]
-        new[:, 1:] += p_loss*mass[:, :-1]
-        r = exit_from_tables(t, w, l, n, cap - n, params)
+    mass, by_exit, stop_at = np.ones((1, 1)), np.zeros(len(GATE_EXITS)), np.zeros(cap + 1)
+    for n in range(1, cap + 1):  # after n units W, L <= n: only that corner of the tables is reachable
+        new = np.zeros((n + 1, n + 1))
+        new[:n, :n] = (1 - discordance)*mass
+        new[1:, :n] += p_win*mass
+        new[:n, 1:] += p_loss*mass
+        r = exit_from_tables(t, w[:n + 1, :n + 1], l[:n + 1, :n + 1], n, cap - n, params)
         by_exit += np.bincount(r.ravel(), weights=new.ravel(), minlength=len(GATE_EXITS))
         stop_at[n] = new[r != _CONTINUE].sum()
         new[r != _CONTINUE] = 0.0

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/integrations/00_gepa.ipynb #63c12927
 from __future__ import annotations
-import dataclasses, math, random
+import dataclasses, functools, math, random, warnings
 from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
@@ -13,10 +13,12 @@ from ..core import ConfigError, where, check_count, sha256_json
 from ..gate.evalues import (TEST_ALPHA, GateParams, bounded_decision, log_betting_e_process,
                                    mcnemar_exact_one_sided, flip_counts)
 from ..gate.decision import gate_decision
+from ..gate.power import POWER, WARN_POINTS, edit_confirm_chance, min_confirmable_edit
 
 # %% auto #0
-__all__ = ['SCORE_KINDS', 'objective_scores', 'is_binary', 'wins_losses', 'paired_decision', 'EValueAcceptance', 'ConfirmedPick',
-           'as_candidate', 'confirm_candidate', 'confirm_best', 'gated_engine']
+__all__ = ['SCORE_KINDS', 'POWER_DISCORDANCES', 'POWER_CHECK_PAIRS', 'objective_scores', 'is_binary', 'wins_losses',
+           'paired_decision', 'pool_power', 'pool_warning', 'EValueAcceptance', 'ConfirmedPick', 'as_candidate',
+           'confirm_candidate', 'confirm_best', 'gated_engine']
 
 # %% ../../nbs/integrations/00_gepa.ipynb #637e32b0
 SCORE_KINDS = ('auto', 'binary', 'bounded')
@@ -65,6 +67,27 @@ def paired_decision(before:list[float], # base arm scores, one per paired exampl
     d = np.subtract(after, before)
     return bounded_decision(d, n_remaining, params.alpha, params.alpha_dir, params.min_n)
 
+# %% ../../nbs/integrations/00_gepa.ipynb #6046f73f
+POWER_DISCORDANCES = (0.05, 0.30) # stated, not measured: greedy decoding (a few examples flip) and sampling
+POWER_CHECK_PAIRS = 500 # larger pools are not checked at construction (seconds each; at alpha 0.05 and D 0.30 they
+                        # confirm 10-point edits: 0.83 at 500 pairs); `power` states them when asked
+
+def pool_power(pairs:int, # the pairs one candidate's evidence can hold (`EValueAcceptance.cap`)
+               params:GateParams, # the gate
+               discordance=POWER_DISCORDANCES # stated discordances
+              ) -> dict[float, float|None]:
+    "Discordance -> the smallest edit (accuracy points) the gate confirms with 80% chance on `pairs` (None: none)."
+    return {float(d): min_confirmable_edit(pairs, d, params) if pairs else None for d in discordance}
+
+def pool_warning(pairs:int, params:GateParams, discordance=POWER_DISCORDANCES) -> str:
+    "One line when the pool confirms only edits above `WARN_POINTS` at a stated discordance ('' when it need not)."
+    if pairs > POWER_CHECK_PAIRS: return ''
+    weak = [d for d in discordance if not pairs or edit_confirm_chance(WARN_POINTS / 100, pairs, d, params) < POWER]
+    if not weak: return ''
+    return (f'EValueAcceptance: {pairs} pairs confirm (with {POWER:.0%} chance) only edits above {WARN_POINTS:.0f} '
+            f'accuracy points at discordance {", ".join(f"{d:.2f}" for d in weak)}: a larger pool or max_metric_calls, '
+            'or greedy decoding (less discordance), confirms smaller ones; .power_statement() says how small')
+
 # %% ../../nbs/integrations/00_gepa.ipynb #72f5282b
 class EValueAcceptance:
     "GEPA's `AcceptanceCriterion` deciding with treetrm's e-value gate on paired per-example scores."
@@ -86,7 +109,8 @@ class EValueAcceptance:
                  total_metric_calls:int|None=None, # GEPA's max_metric_calls: evidence never runs past it
                  calls_left=None, # (state) -> calls the evidence may still spend, when a budget other than GEPA's binds
                  relevant=None, # (example, changed component names) -> whether the change can touch it (None: all)
-                 seed:int=0 # the ladder's seed
+                 seed:int=0, # the ladder's seed
+                 discordance:float|tuple=POWER_DISCORDANCES # stated share(s) of examples two draws disagree on
                 ):
         if scores not in SCORE_KINDS:
             raise ConfigError(where(f'unknown scores {scores!r}', f'Use one of {SCORE_KINDS}', field='scores'))
@@ -103,6 +127,21 @@ class EValueAcceptance:
         self.params = GateParams(alpha=alpha, alpha_dir=alpha_dir, min_n=min_n, futility_looks=tuple(futility_looks),
                                  evidence_cap=self.cap + 1)  # +1: a ladder of 0 fresh pairs still has a cap
         self.relevant, self.calls_left, self.outcomes, self.verdicts, self.rows = relevant, calls_left, {}, {}, []
+        self.discordance = tuple(discordance) if isinstance(discordance, (tuple, list)) else (discordance,)
+        if pool is not None and (line := pool_warning(self.cap, self.params, self.discordance)):
+            warnings.warn(line, stacklevel=2)
+
+    @functools.cached_property
+    def power(self) -> dict[float, float|None]:
+        "Stated discordance -> the smallest edit (accuracy points) confirmed with 80% chance (`pool_power`)."
+        return pool_power(self.cap, self.params, self.discordance)
+
+    def power_statement(self) -> str:
+        "What the pool can and cannot confirm, in one line."
+        said = ', '.join(f'{"none" if p is None else f"{p:.1f} points"} at discordance {d:.2f}'
+                         for d, p in self.power.items())
+        return (f'{self.cap} pairs at alpha {self.params.alpha}: the smallest edit confirmed with {POWER:.0%} '
+                f'chance is {said} (binary scores; a smaller edit is most often left unconfirmed)')
 
     def __repr__(self):
         return (f'EValueAcceptance(alpha={self.params.alpha}, pool={len(self.ladder)}, cap={self.cap} pairs, '

@@ -11,22 +11,27 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from ..core import (ConfigError, DataError, atomic_write_bytes, atomic_write_json, canonical_json, read_json,
-                          sha256_bytes, sha256_file, where, check_count)
-from ..data import Question, load_questions
+                          sha256_bytes, sha256_file, where, check_count, stable_seed)
+from ..data import Question, build_units, load_questions, unit_correct
 from ..trees import load_trees
 from ..llm.costs import NO_PRICE, price_of, usage_cost
 from ..agent.navigate import CHARS_PER_TOKEN, build_messages, estimate_tokens, load_agent_prompts
 from ..proposers.diagnose import diag_fingerprint, diagnose, evidence_room, load_diagnose_prompts
 from ..agent.inference import run_inference
+from ..agent.navigate import INFRA_STOP_REASONS
 from ..log import HarnessLog
 from ..agent.skills import load_skill_dir
+from ..gate.power import POWER, POWER_NOTE, power_warnings
 from .by_video import (POOLS, SIGNALS, Assignment, Split, SplitConfig, build_split, load_split_config,
                                  pool_sizes, validation_wrong)
 
 # %% auto #0
-__all__ = ['POOLS_FORMAT', 'pools_document', 'pools_bytes', 'split_manifest', 'write_split', 'load_split', 'pool_summary',
-           'pool_distribution', 'plot_pools', 'pools_dir', 'has_pools', 'forecast_line', 'SplitPlan', 'split_forecast',
-           'plan_split', 'existing_split', 'run_split', 'show_split']
+__all__ = ['POOLS_FORMAT', 'DISCORDANCE_FILE', 'DISCORDANCE_FORMAT', 'REDRAW_QUESTIONS', 'MIN_TYPE_UNITS', 'pools_document',
+           'pools_bytes', 'split_manifest', 'write_split', 'load_split', 'pool_summary', 'pool_distribution',
+           'plot_pools', 'pools_dir', 'has_pools', 'forecast_line', 'SplitPlan', 'split_forecast', 'plan_split',
+           'redraw_run_id', 'redraw_sample', 'discordance_counts', 'discordance_document', 'type_discordance',
+           'discordance_frame', 'read_discordance', 'measure_discordance', 'existing_split', 'checked_split',
+           'run_split', 'show_split']
 
 # %% ../../nbs/split/01_stage.ipynb #92004b34
 POOLS_FORMAT = 'treetrm-pools/1'
@@ -157,6 +162,8 @@ class SplitPlan:
     diag_fingerprint: str
     config: SplitConfig
     forecast: dict # role -> {calls, tokens, cost} at most (`split_forecast`)
+    redraw_questions: int = 0 # validation questions asked a second time to measure the discordance
+    temperature: float = 0.0 # the second draw's temperature (the run's)
 
     def __str__(self) -> str:
         return '\n'.join([
@@ -170,6 +177,9 @@ class SplitPlan:
             f'fingerprint {self.diag_fingerprint}',
             f'  3. Phase 2: build_split with {canonical_json(self.config.to_dict())}',
             f'  4. write {pools_dir(self.workspace)}/pools.json and split_manifest.json',
+            *([f'  5. ask {self.redraw_questions} validation questions again (another request seed, temperature '
+               f'{self.temperature}): the discordance of two draws, in {DISCORDANCE_FILE} (in the agent forecast)']
+              if self.redraw_questions else []),
             '  forecast (at most: every question to max_steps, every answer judged; prompt tokens estimated)',
             *(forecast_line(role, usage) for role, usage in self.forecast.items())
         ])
@@ -180,7 +190,8 @@ def split_forecast(questions:list[Question], # the benchmark
                    skills:dict, # the seed skills (file name -> Skill)
                    agent, # the agent LLMProvider
                    judge, # the judge LLMProvider
-                   max_steps:int # the agent's tool steps per question
+                   max_steps:int, # the agent's tool steps per question
+                   redraw:int=0 # questions asked a second time (the discordance), at the benchmark's mean prompt
                   ) -> dict[str, dict]:
     "role -> {calls, tokens, cost} the split spends at most: every question to `max_steps`, every answer judged."
     prompts, diag = load_agent_prompts(), load_diagnose_prompts()
@@ -188,14 +199,17 @@ def split_forecast(questions:list[Question], # the benchmark
     templates = [{'content': diag.system()}, {'content': diag.texts['request.md']}]
     per_judge = estimate_tokens(templates) + int(evidence_room(judge) / CHARS_PER_TOKEN)
     n, calls = len(questions), max_steps + 1
-    usage = {'agent': (n * calls, first * calls, agent), 'judge': (n, n * per_judge, judge)}
+    first += round(first * redraw / max(n, 1))
+    usage = {'agent': ((n + redraw) * calls, first * calls, agent), 'judge': (n, n * per_judge, judge)}
     return {role: {'calls': c, 'tokens': t, 'cost': usage_cost({'prompt_tokens': t}, price_of(provider))}
             for role, (c, t, provider) in usage.items()}
 
 def plan_split(workspace, *, questions_path, trees_dir, skills_dir, agent, judge, config,
-               baseline_run_id: str = 'baseline', judge_model: str | None = None, max_steps: int = 15) -> SplitPlan:
+               baseline_run_id: str = 'baseline', judge_model: str | None = None, max_steps: int = 15,
+               redraw_questions: int = 0, temperature: float = 0.0) -> SplitPlan:
     "Check the wiring of a split (files, trees, skills, config, templates) and describe it with its forecast."
     config, qs = load_split_config(config), load_questions(questions_path)
+    check_count(redraw_questions, 'redraw_questions', minimum=0)
     videos = sorted({q.video_id for q in qs})
     pool_sizes(len(videos), config)  # too few videos for three pools: refused before a baseline is paid for
     trees = load_trees(trees_dir, videos)
@@ -204,7 +218,105 @@ def plan_split(workspace, *, questions_path, trees_dir, skills_dir, agent, judge
     return SplitPlan(Path(workspace), Path(questions_path), Path(trees_dir), Path(skills_dir), len(qs), len(videos),
                      dict(sorted(Counter(q.task_type for q in qs).items())), tuple(skills), baseline_run_id,
                      getattr(agent, 'model', ''), jm, diag_fingerprint(load_diagnose_prompts().version, jm), config,
-                     split_forecast(qs, trees, skills, agent, judge, max_steps))
+                     split_forecast(qs, trees, skills, agent, judge, max_steps, min(redraw_questions, len(qs))),
+                     min(redraw_questions, len(qs)), temperature)
+
+# %% ../../nbs/split/01_stage.ipynb #b935a3c2
+DISCORDANCE_FILE = 'discordance.json' # beside pools.json in the pools folder
+DISCORDANCE_FORMAT = 'treetrm-discordance/1'
+REDRAW_QUESTIONS = 40 # validation questions the split asks a second time unless told otherwise
+MIN_TYPE_UNITS = 20 # a type's own discordance is stated when its sample holds this many units; else the pooled one
+
+def redraw_run_id(baseline_run_id:str) -> str:
+    "The run id of the baseline's second draw."
+    return f'{baseline_run_id}-redraw'
+
+def redraw_sample(questions:list[Question], # the validation pool's questions
+                  n_questions:int, # questions to ask again (whole units: a little more when a unit is large)
+                  seed:int # the split's seed
+                 ) -> list:
+    "Validation units for the second draw: round-robin over task types, each type's units in a seeded order."
+    queues = {}
+    for u in sorted(build_units(questions), key=lambda u: stable_seed('redraw', seed, u.unit_id)):
+        queues.setdefault(u.task_type, []).append(u)
+    picked, asked = [], 0
+    while asked < n_questions and any(queues.values()):
+        for t in sorted(queues):
+            if not queues[t] or asked >= n_questions: continue
+            picked.append(queues[t].pop(0))
+            asked += len(picked[-1].questions)
+    return picked
+
+def discordance_counts(units, # the units asked twice
+                       first:dict, # question_id -> correct on the first draw (INFRA answers left out)
+                       second:dict # the same on the second draw
+                      ) -> dict[str, dict]:
+    "Task type -> {units, discordant} over the units answered on both draws."
+    out = {}
+    for u in units:
+        if not all(q in first and q in second for q in u.question_ids): continue
+        c = out.setdefault(u.task_type, {'units': 0, 'discordant': 0})
+        c['units'] += 1
+        c['discordant'] += unit_correct(u, first) != unit_correct(u, second)
+    return dict(sorted(out.items()))
+
+def discordance_document(counts:dict, # `discordance_counts`
+                         **about # run_id, baseline_run_id, questions, temperature
+                        ) -> dict:
+    "The content of discordance.json: per type and pooled, units, discordant units and their share."
+    share = lambda c: round(c['discordant'] / c['units'], 6) if c['units'] else None
+    pooled = {k: sum(c[k] for c in counts.values()) for k in ('units', 'discordant')}
+    per_type = {t: c | {'discordance': share(c)} for t, c in counts.items()}
+    return dict(format=DISCORDANCE_FORMAT, **about, per_type=per_type,
+                pooled=pooled | {'discordance': share(pooled)})
+
+def type_discordance(doc:dict|None, # discordance.json's content, or None
+                     task_type:str,
+                     fallback:float, # the caller's estimate when nothing was measured
+                     min_units:int=MIN_TYPE_UNITS) -> tuple[float, str]:
+    "(D0, where it came from) for one type: its own measurement, else the pooled one, else `fallback`, said so."
+    own, pooled = (doc or {}).get('per_type', {}).get(task_type) or {}, (doc or {}).get('pooled') or {}
+    if own.get('units', 0) >= min_units: return own['discordance'], f"measured on {own['units']} units of the type"
+    if pooled.get('units'): return pooled['discordance'], f"measured, pooled over types ({pooled['units']} units)"
+    return fallback, 'not measured: 2p(1-p) of the baseline'
+
+def discordance_frame(doc:dict) -> pl.DataFrame:
+    "discordance.json as a table: one row per task type and one for all of them."
+    rows = [{'task_type': t, **c} for t, c in doc['per_type'].items()] + [{'task_type': 'ALL', **doc['pooled']}]
+    return pl.DataFrame(rows, schema={'task_type': pl.Utf8, 'units': pl.Int64, 'discordant': pl.Int64,
+                                      'discordance': pl.Float64})
+
+# %% ../../nbs/split/01_stage.ipynb #d5cbbc24
+def _answered(log:HarnessLog, run_id:str) -> dict[str, bool]:
+    "question_id -> correct for a run's answers that did not end on an INFRA stop reason."
+    p = log.predictions(run_id).filter(~pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS)))
+    return dict(zip(p['question_id'].to_list(), p['correct'].fill_null(False).to_list()))
+
+def read_discordance(workspace:str|Path) -> dict|None:
+    "The workspace's measured discordance (discordance.json), or None when it has none."
+    f = Path(workspace)/'pools'/DISCORDANCE_FILE
+    return read_json(f) if f.is_file() else None
+
+async def measure_discordance(workspace:str|Path, split:Split, questions:list[Question], *, trees_dir, skills_dir,
+                              agent, # the agent LLMProvider
+                              log:HarnessLog,
+                              n_questions:int=REDRAW_QUESTIONS, # 0: measure nothing
+                              temperature:float=0.0, # the run's temperature
+                              concurrency:int=8, max_steps:int=15, progress:bool=True) -> dict|None:
+    "Ask a sample of the validation units again with another request seed; write and return discordance.json."
+    if n_questions == 0: return None
+    if (doc := read_discordance(workspace)) is not None: return doc
+    val = set(split.questions('validation'))
+    units = redraw_sample([q for q in questions if q.question_id in val], n_questions, split.config.seed)
+    rid = redraw_run_id(split.baseline_run_id)
+    await run_inference([q for u in units for q in u.questions], trees_dir=trees_dir, provider=agent, log=log,
+                        run_id=rid, skills_dir=skills_dir, mode='auto', concurrency=concurrency, kind='baseline',
+                        progress=progress, max_steps=max_steps, temperature=temperature)
+    counts = discordance_counts(units, _answered(log, split.baseline_run_id), _answered(log, rid))
+    doc = discordance_document(counts, run_id=rid, baseline_run_id=split.baseline_run_id,
+                               questions=sum(len(u.questions) for u in units), temperature=temperature)
+    atomic_write_json(Path(workspace)/'pools'/DISCORDANCE_FILE, doc)
+    return doc
 
 # %% ../../nbs/split/01_stage.ipynb #26239590
 def existing_split(workspace:str|Path, config:SplitConfig, baseline_run_id:str) -> Split|None:
@@ -217,6 +329,18 @@ def existing_split(workspace:str|Path, config:SplitConfig, baseline_run_id:str) 
                   'Pass the settings in its pools.json, use a new workspace, or delete its pools/ folder on purpose',
                   folder=pools_dir(workspace)))
     return split
+
+def checked_split(qs:list[Question], diag, # the benchmark and its diagnosis (`diagnose`)
+                  config:SplitConfig, log:HarnessLog, baseline_run_id:str,
+                  health:str|None # `InferenceResult.health` of the baseline
+                 ) -> Split:
+    "`build_split` on the baseline's answers; a split that fails because the agent's answers were lost says so first."
+    try:
+        return build_split(qs, diag.signals, config=config, predictions=log.predictions(baseline_run_id),
+                           diag_fingerprint=diag.fingerprint, baseline_run_id=baseline_run_id)
+    except ConfigError as e:
+        if health: raise ConfigError(f'{health}\n{e}') from None
+        raise
 
 async def run_split(
     workspace: str | Path,  # the experiment folder; harness.db and pools/ go here
@@ -234,13 +358,15 @@ async def run_split(
     judge_model: str | None = None,  # the configured judge model (default: judge.model)
     generated_at: str | None = None,  # manifest timestamp (default: now)
     progress: bool = True,  # show the baseline's progress bar
-    max_steps: int = 15  # the agent's tool steps per question (the training's `max_steps`: baseline and arms compare)
+    max_steps: int = 15,  # the agent's tool steps per question (the training's `max_steps`: baseline and arms compare)
+    redraw_questions: int = REDRAW_QUESTIONS,  # validation questions asked again to measure the discordance (0: none)
+    temperature: float = 0.0  # the second draw's temperature: the training run's
 ):
     "Baseline → diagnose → build_split → write pools; returns the `Split` (or the `SplitPlan` when `dry_run`)."
     check_count(concurrency, 'concurrency')  # before anything is written
     plan = plan_split(workspace, questions_path=questions_path, trees_dir=trees_dir, skills_dir=skills_dir, agent=agent,
                       judge=judge, config=config, baseline_run_id=baseline_run_id, judge_model=judge_model,
-                      max_steps=max_steps)
+                      max_steps=max_steps, redraw_questions=redraw_questions, temperature=temperature)
     if not dry_run and (frozen := existing_split(workspace, plan.config, baseline_run_id)) is not None: return frozen
     print(plan)  # the forecast, before anything is spent
     if dry_run: return plan
@@ -250,21 +376,29 @@ async def run_split(
                                progress=progress, max_steps=max_steps)
     diag = await diagnose(qs, log=log, baseline_run_id=baseline_run_id, judge=judge, skills_dir=skills_dir,
                           concurrency=concurrency, judge_model=judge_model, trees_dir=trees_dir)
-    try:
-        split = build_split(qs, diag.signals, config=plan.config, predictions=log.predictions(baseline_run_id),
-                            diag_fingerprint=diag.fingerprint, baseline_run_id=baseline_run_id)
-    except ConfigError as e:  # a split that fails because the agent's answers were lost says that first
-        if base.health: raise ConfigError(f'{base.health}\n{e}') from None
-        raise
+    split = checked_split(qs, diag, plan.config, log, baseline_run_id, base.health)
     write_split(split, pools_dir(workspace), generated_at)
+    await measure_discordance(workspace, split, qs, trees_dir=trees_dir, skills_dir=skills_dir, agent=agent, log=log,
+                              n_questions=redraw_questions, temperature=temperature, concurrency=concurrency,
+                              max_steps=max_steps, progress=progress)
     return split
 
 # %% ../../nbs/split/01_stage.ipynb #fbcd7b11
-def show_split(result # a `Split` or a `SplitPlan` from `run_split`
+def show_split(result, # a `Split` or a `SplitPlan` from `run_split`
+               power:pl.DataFrame|None=None, # per type: what the gate can confirm (`Runner.power_statement`)
+               discordance:dict|None=None # the measured discordance (`read_discordance`)
               ) -> None:
     "Display a split's tables and figure inline (a dry run's plan was printed by `run_split`, once)."
     from IPython.display import display
     if isinstance(result, SplitPlan): return None
+    if discordance is not None:
+        print(f"discordance: {discordance['questions']} validation questions asked twice (run "
+              f"{discordance['run_id']}, temperature {discordance['temperature']})")
+        display(discordance_frame(discordance))
+    if power is not None:
+        print(POWER_NOTE.format(power=POWER))
+        display(power)
+        for line in power_warnings(power.to_dicts()): print(f'WARNING: {line}')
     import matplotlib.pyplot as plt
     for frame in (pool_summary(result), pool_distribution(result, 'task_type'), pool_distribution(result,
                                                                                                   'difficulty')):

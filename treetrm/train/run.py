@@ -20,11 +20,12 @@ from ..agent.navigate import INFRA_STOP_REASONS
 from ..log import HarnessLog, TrainRunId
 from ..agent.inference import predictions_correctness, answer_health
 from ..split.by_video import validation_capacity
-from ..split.stage import has_pools, pools_dir
+from ..split.stage import has_pools, pools_dir, read_discordance, type_discordance
 from .batching import build_batches
 from .settings import TrainConfig
 from ..gate.evalues import GateParams, confirm_log_threshold, round_cap
 from ..gate.planning import min_effect_q_for
+from ..gate.power import power_table
 from ..gate.ladder import Ladder, hash_order, build_ladders, phat_from_log, ladder_units
 from ..gate.frozen_ladders import freeze_gate_pools, load_gate_pools
 from ..proposers.evolve import edit_texts
@@ -38,8 +39,9 @@ __all__ = ['MIN_HISTORY_UNITS', 'apply_batch_correctness', 'guard_infra', 'tick_
            'probation_pairs', 'rule_kinds', 'TrainRun', 'Transition', 'attempt_run_id', 'agent_samples',
            'probation_design', 'type_counts', 'open_train_run', 'ungated_reason', 'gating_frame', 'ungated_note',
            'pool_accuracy', 'start_correctness', 'initial_state', 'split_reserve', 'cap_ladder', 'start_epoch',
-           'evidence_cap', 'discordance_estimate', 'gate_history', 'type_gate_params', 'epoch_ladders', 'role_usage',
-           'scaled_usage', 'forecast_usage', 'shown_usage', 'forecast']
+           'fresh_rounds', 'evidence_cap', 'discordance_estimate', 'gate_history', 'type_gate_params', 'power_types',
+           'planned_ladders', 'run_power', 'epoch_ladders', 'role_usage', 'scaled_usage', 'forecast_usage',
+           'shown_usage', 'forecast']
 
 # %% ../../nbs/train/05_run.ipynb #543eb5e7
 def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> correct before the rollout
@@ -142,8 +144,8 @@ class TrainRun:
         return self.dir/f'gate_pools_e{epoch}.json'
     def evidence_cap(self, task_type:str) -> int:
         "Most units the type's e-process can pair in this run."
-        rounds = self.config.probation_rounds if self.evidence == 'fresh' and self.config.gate.provisional else 0
-        return evidence_cap(sum(u.task_type == task_type for u in self.val_units), rounds)
+        units = sum(u.task_type == task_type for u in self.val_units)
+        return evidence_cap(units, fresh_rounds(self.config, self.evidence))
     def thresholds(self) -> dict[str, float]:
         "Task type -> the E+ level that confirms its edits in this run (what the step report draws)."
         level = lambda t: math.exp(confirm_log_threshold(replace(self.config.gate, evidence_cap=self.evidence_cap(t))))
@@ -285,7 +287,7 @@ async def initial_state(ws:Workspace, run:TrainRun) -> TrainState:
                        best_accuracy=pool_accuracy(correctness, run.val), phat=phat,
                    rng_state=rng_to_json(random.Random(stable_seed(ws.seed, run.rid, 'train'))), validation_run=source)
     state = start_epoch(ws, run, state, 1)
-    return replace(state, forecast=forecast(ws, run, state, source))
+    return replace(state, forecast=forecast(ws, run, state, source) | {'power': run_power(ws, run, state)})
 
 # %% ../../nbs/train/05_run.ipynb #2e111cf8
 def split_reserve(units, # validation units of the gated task types
@@ -322,6 +324,11 @@ def start_epoch(ws:Workspace, run:TrainRun, state:TrainState, epoch:int) -> Trai
                    rng_state=rng_to_json(rng), ladders_fingerprint=pools.fingerprint)
 
 # %% ../../nbs/train/05_run.ipynb #ca3e5a2a
+def fresh_rounds(config:TrainConfig, evidence:str # the probation evidence in force (`probation_design`)
+                ) -> int:
+    "Probation rounds that draw a type's whole pool afresh: the configured ones, with fresh evidence and probations."
+    return config.probation_rounds if evidence == 'fresh' and config.gate.provisional else 0
+
 def evidence_cap(n_units:int, # the type's validation units
                  fresh_rounds:int=0 # probation rounds that draw all of them afresh (0 with snapshot evidence)
                 ) -> int:
@@ -354,6 +361,49 @@ def type_gate_params(config:TrainConfig, # the run's settings
     if config.futility and p.min_effect_q is None:
         p = replace(p, min_effect_q=min_effect_q_for(p, cap, discordance_estimate(ladder, history), ladder=len(ladder)))
     return p
+
+# %% ../../nbs/train/05_run.ipynb #5daafb96
+def power_types(config:TrainConfig, # the run's settings
+                ladders:Mapping[str, Ladder], # task type -> its ladder
+                units, # the validation units
+                caps:Mapping[str, int], # task type -> its evidence cap
+                measured:dict|None # the split's discordance.json (`read_discordance`)
+               ) -> list[dict]:
+    "Each laddered type's pool, gate and discordance, as `gate.power.power_table` reads them."
+    rows = []
+    for t, ladder in sorted(ladders.items()):
+        mine = [u for u in units if u.task_type == t]
+        noise, source = type_discordance(measured, t, discordance_estimate(ladder))
+        rows.append(dict(task_type=t, units=len(mine), videos=len({u.video_id for u in mine}), ladder=len(ladder),
+                         discordance=noise, source=source, params=type_gate_params(config, ladder, caps[t])))
+    return rows
+
+def planned_ladders(config:TrainConfig, units, # the gated types' validation units
+                    correctness:Mapping[str,bool], share:float, seed:int) -> dict[str, Ladder]:
+    "Epoch 1's cold ladders as a run builds them (`start_epoch`), before any run: for the power statement."
+    gate_units, _ = split_reserve(units, share, seed)
+    baseline = {u.unit_id: unit_correct(u, correctness) for u in gate_units}
+    ladders = build_ladders(gate_units, None, p_low=config.p_low, p_high=config.p_high, baseline=baseline, seed=seed)
+    return {t: cap_ladder(l, config.ladder_cap) for t, l in ladders.items()}
+
+def run_power(ws:Workspace, run:TrainRun, state:TrainState) -> list[dict]:
+    "What each gated type's pool can confirm in this run, at its alpha and evidence cap (rows of `power_table`)."
+    caps = {t: run.evidence_cap(t) for t in run.gated}
+    types = power_types(run.config, epoch_ladders(run, state), run.val_units, caps, read_discordance(ws.workspace))
+    return power_table(types).to_dicts()
+
+@patch
+def power_statement(self:Workspace, config:TrainConfig|None=None # the run's settings (default: the workspace's)
+                   ) -> pl.DataFrame|None:
+    "After the split, before any run: per gated type, what its pool can confirm (None before a split)."
+    if not has_pools(self.workspace): return None
+    cfg, units = config or self.config, build_units(self.pool('validation'))
+    sizes = type_counts(units)
+    gated = [u for u in units if sizes[u.task_type] >= cfg.min_ladder_units]
+    evidence, share = probation_design(cfg, self.backend)
+    ladders = planned_ladders(cfg, gated, predictions_correctness(self.log, BASELINE_RUN), share, self.seed)
+    caps = {t: evidence_cap(sizes[t], fresh_rounds(cfg, evidence)) for t in ladders}
+    return power_table(power_types(cfg, ladders, units, caps, read_discordance(self.workspace)))
 
 # %% ../../nbs/train/05_run.ipynb #bb7f3cd4
 def epoch_ladders(run:TrainRun, state:TrainState) -> dict:

@@ -19,6 +19,7 @@ from .settings import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
 from .checkpoint import TrainState, load_checkpoint
 from .workspace import Workspace, BASELINE_RUN, look_to_report
 from ..gate.validate import base_skills_sha
+from ..gate.power import POWER, POWER_NOTE, power_table_of, power_warnings
 from .acceptance import ACCEPTANCE
 from .run import (TrainRun, open_train_run, initial_state, role_usage, shown_usage, type_counts,
                                gating_frame, ungated_note)
@@ -160,10 +161,14 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
         if cfg.pair_seeds: await self.probe_seeds(run.dir, cfg.temperature)
         state = await initial_state(self, run)
         save_state(self, run, state)
+    power = state.forecast.get('power', [])
     if show:
+        print(POWER_NOTE.format(power=POWER))
         report.show_report({'forecast': self.forecast_table(state.forecast),
-                            'gated_types': gating_frame(sizes, cfg.min_ladder_units)},
+                            'gated_types': gating_frame(sizes, cfg.min_ladder_units),
+                            'power': power_table_of(power)},
                            f'{run_id} · forecast for {cfg.epochs} epochs (gates at their ladder caps: an upper bound)')
+    for line in power_warnings(power): print(f'WARNING: {line}')
     state = await train_to_end(self, run, state, self._report_unit if run.show else None)
     self.log.finish_run(run.rid)
     return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir)

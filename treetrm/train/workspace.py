@@ -18,7 +18,7 @@ from ..agent.inference import run_inference, InferenceResult
 from ..proposers.diagnose import diagnose as diagnose_run
 from ..gate.validate import base_skills_sha
 from ..split.by_video import load_split_config, Split
-from ..split.stage import run_split, load_split, has_pools, pools_dir
+from ..split.stage import REDRAW_QUESTIONS, run_split, load_split, has_pools, pools_dir
 from ..llm.backends import BACKENDS, demo_world, make_providers
 from .settings import Config, TrainConfig, runner_config
 from ..llm.ledger import CallRecorder, RecordedProvider, BudgetedProvider, filed_under
@@ -130,8 +130,10 @@ BASELINE_RUN = 'baseline'
 
 @patch
 async def split(self:Workspace, config:dict|None=None, # split settings (default: the runner's)
-                dry_run:bool=False) -> Split:
-    "The workspace's frozen pools, made first (baseline, diagnosis, split) when missing."
+                dry_run:bool=False,
+                redraw_questions:int=REDRAW_QUESTIONS # validation questions asked again: the discordance (0: none)
+               ) -> Split:
+    "The workspace's frozen pools, made first (baseline, diagnosis, split, discordance) when missing."
     cfg = load_split_config(config) if config is not None else self.split_config
     if has_pools(self.workspace) and not dry_run: return load_split(pools_dir(self.workspace))
     with filed_under(BASELINE_RUN):
@@ -140,7 +142,8 @@ async def split(self:Workspace, config:dict|None=None, # split settings (default
                                agent=self.providers['agent'], judge=self.providers['judge'],
                                config=cfg, log=self.log, dry_run=dry_run, concurrency=self.concurrency,
                                baseline_run_id=BASELINE_RUN, progress=self.progress,
-                               max_steps=self.config.max_steps)
+                               max_steps=self.config.max_steps, redraw_questions=redraw_questions,
+                               temperature=self.config.temperature)
 
 @patch
 def pool(self:Workspace, name:str) -> list[Question]:
