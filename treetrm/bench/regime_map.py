@@ -20,7 +20,7 @@ from .rules import check_rules, rule_style
 
 # %% auto #0
 __all__ = ['PREREGISTRATION', 'SEED_KINDS', 'SIZE_LABELS', 'preregistration', 'map_worlds', 'map_settings', 'run_map', 'machine',
-           'finished_seeds', 'map_table', 'map_bar', 'plot_map']
+           'finished_seeds', 'map_table', 'delivery_rates', 'map_bar', 'plot_map']
 
 # %% ../../nbs/bench/05_regime_map.ipynb #71689348
 PREREGISTRATION = 'nbs/bench/preregistration.json'  # relative to the checkout's root
@@ -111,6 +111,16 @@ def map_table(m:dict # a regime map (`run_map`)
 
 def _gains(cell:dict, rule:str) -> dict[int, float]: return {r['seed']: r['gain'] for r in cell['rules'][rule]['runs']}
 
+def delivery_rates(summaries:list[dict] # one rule's summaries in several cells
+                  ) -> dict[str, float|None]:
+    "Per true-effect bin (harmful, null, helpful, large): the share of the edits it gated that the rule delivered."
+    out = {}
+    for s in summaries:
+        for b, v in s.get('acceptance_by_effect', {}).items():
+            d, g = out.get(b, (0, 0))
+            out[b] = (d + v['delivered'], g + v['gated'])
+    return {b: d / g if g else None for b, (d, g) in out.items()}
+
 def map_bar(m:dict, # a regime map
             bar:dict # the registration's `bar`
            ) -> list[dict]:
@@ -128,7 +138,9 @@ def map_bar(m:dict, # a regime map
             for s, g in _gains(c, d).items(): per_seed.setdefault(s, []).append(g - _gains(c, best)[s])
         diff = mean_ci([sum(v) / len(v) for v in per_seed.values()])
         worst = max(c['rules'][d].get('p_worse_by_half', 0.0) for c in cells)
+        delivered = lambda r: delivery_rates([c['rules'][r] for c in cells])
         out.append(dict(regime=regime, size=str(size), best_practical=best, runs=len(diffs),
+                        default_delivered=delivered(d), best_delivered=delivered(best),
                         default_gain=sum(pooled(d)) / len(pooled(d)), best_gain=sum(pooled(best)) / len(pooled(best)),
                         paired_difference=diff['mean'], paired_ci=diff['ci'],
                         meets_gain=diff['mean'] >= bar['paired_difference_at_least'],
