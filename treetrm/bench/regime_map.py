@@ -19,8 +19,9 @@ from .loop_bench import run_grid
 from .rules import check_rules, rule_style
 
 # %% auto #0
-__all__ = ['PREREGISTRATION', 'SEED_KINDS', 'SIZE_LABELS', 'preregistration', 'map_worlds', 'map_settings', 'run_map', 'machine',
-           'finished_seeds', 'map_table', 'delivery_rates', 'map_bar', 'plot_map']
+__all__ = ['PREREGISTRATION', 'SEED_KINDS', 'SIZE_LABELS', 'MAP_BEGIN', 'MAP_END', 'preregistration', 'map_worlds',
+           'map_settings', 'run_map', 'machine', 'finished_seeds', 'map_table', 'delivery_rates', 'map_bar', 'plot_map',
+           'map_markdown', 'readme_map_block']
 
 # %% ../../nbs/bench/05_regime_map.ipynb #71689348
 PREREGISTRATION = 'nbs/bench/preregistration.json'  # relative to the checkout's root
@@ -181,3 +182,41 @@ def plot_map(m:dict, # a regime map
     fig = finish_figure(fig)
     fig.colorbar(im, ax=axes, shrink=0.8, label='gain on the test pool (points)')
     return fig
+
+# %% ../../nbs/bench/05_regime_map.ipynb #f977b295
+MAP_BEGIN, MAP_END = '<!-- regime-map:begin -->', '<!-- regime-map:end -->'  # the README block's fences
+
+def _pct(x) -> str: return '—' if x is None else f'{100 * x:.0f}%'
+
+def map_markdown(m:dict, # a regime map
+                 bar:dict # the registration's `bar`
+                ) -> str:
+    "The map's README tables: the registered bar per slice, then every cell's gains per rule."
+    head = ('| regime | shape | runs | default | best practical | paired difference [95%] | meets | '
+            'worst cell worse by > 0.5 | meets | large edits delivered: default / best |')
+    lines = [head, '|' + '---|' * head.count(' | ') + '---|']
+    for b in map_bar(m, bar):
+        lines.append(
+            f"| {b['regime']} | {SIZE_LABELS.get(b['size'], b['size'])} | {b['runs']} | {b['default_gain']:+.2f} | "
+            f"{b['best_practical']} {b['best_gain']:+.2f} | {b['paired_difference']:+.2f} "
+            f"[{b['paired_ci'][0]:+.2f}, {b['paired_ci'][1]:+.2f}] | {'yes' if b['meets_gain'] else 'no'} | "
+            f"{_pct(b['worst_cell_worse_by_half'])} | {'yes' if b['meets_harm'] else 'no'} | "
+            f"{_pct(b['default_delivered'].get('large'))} / {_pct(b['best_delivered'].get('large'))} |")
+    t = map_table(m)
+    rules = list(dict.fromkeys(t['rule']))
+    head = '| regime | shape | mixture | ' + ' | '.join(rule_style(r)['label'] for r in rules) + ' |'
+    lines += ['', head, '|' + '---|' * (3 + len(rules))]
+    for (regime, size, mixture), g in t.group_by(['regime', 'size', 'mixture'], maintain_order=True):
+        by = {r['rule']: r for r in g.iter_rows(named=True)}
+        cell = lambda r: (('**{:+.2f}**' if by[r]['best'] else '{:+.2f}').format(by[r]['gain'])
+                          + (f" · {_pct(by[r]['worse_by_half'])}" if by[r]['worse_by_half'] else ''))
+        lines.append(f"| {regime} | {SIZE_LABELS.get(size, size)} | {mixture} | "
+                     + ' | '.join(cell(r) if r in by else '—' for r in rules) + ' |')
+    return '\n'.join(lines)
+
+def readme_map_block(text:str) -> str:
+    "The text between the README's regime-map fences (a `DataError` when they are missing)."
+    if MAP_BEGIN not in text or MAP_END not in text:
+        raise DataError(where(f'no {MAP_BEGIN} ... {MAP_END} block', 'Add the fences around the map tables',
+                              file='README.md'))
+    return text.split(MAP_BEGIN, 1)[1].split(MAP_END, 1)[0].strip()
