@@ -183,7 +183,7 @@ def plot_map(m:dict, # a regime map
     fig.colorbar(im, ax=axes, shrink=0.8, label='gain on the test pool (points)')
     return fig
 
-# %% ../../nbs/bench/05_regime_map.ipynb #f977b295
+# %% ../../nbs/bench/05_regime_map.ipynb #01a6c098
 MAP_BEGIN, MAP_END = '<!-- regime-map:begin -->', '<!-- regime-map:end -->'  # the README block's fences
 
 def _pct(x) -> str: return '—' if x is None else f'{100 * x:.0f}%'
