@@ -42,3 +42,54 @@ def test_written_files_get_the_mode_open_gives_under_the_umask(tmp_path, mask, f
     written += [version/'system.md', version/'meta.json']
     assert {p.name: mode(p) for p in written} == {p.name: file_mode for p in written}
     assert mode(version) == folder_mode  # a skill version's folder: what a plain mkdir gives
+
+
+# item 7: `treetrm --help` after a non-editable `pip install .` exited 1 (no settings.ini), and asked for papermill
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ('build', 'split', 'train', 'eval')
+
+
+@pytest.fixture(scope='module')
+def installed(tmp_path_factory):
+    ("A copy of the package outside any checkout, as `pip install .` leaves it, and a folder whose `papermill` cannot "
+     "be imported (as without the dev extra): (site folder, blocker folder, an empty working folder).")
+    import shutil
+    base = tmp_path_factory.mktemp('installed')
+    shutil.copytree(ROOT/'treetrm', base/'site'/'treetrm', ignore=shutil.ignore_patterns('__pycache__'))
+    (base/'block').mkdir()
+    (base/'block'/'papermill.py').write_text("raise ImportError('papermill is blocked by the test')\n")
+    (base/'work').mkdir()
+    return base/'site', base/'block', base/'work'
+
+
+def treetrm(*words, path, cwd, root=None) -> subprocess.CompletedProcess:
+    "`python -m treetrm <words>` with only `path` (and the environment's site-packages) to import from."
+    env = {k: v for k, v in os.environ.items() if k not in ('TREETRM_ROOT', 'PYTHONPATH')}
+    env['PYTHONPATH'] = os.pathsep.join(str(p) for p in path)
+    if root: env['TREETRM_ROOT'] = str(root)
+    return subprocess.run([sys.executable, '-m', 'treetrm', *words], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_help_works_outside_a_checkout_and_a_stage_says_what_is_missing(installed):
+    site, _, work = installed
+    done = treetrm('--help', path=[site], cwd=work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 'usage: treetrm' in done.stdout and all(stage in done.stdout for stage in STAGES), done.stdout
+    assert 'checkout' in done.stdout and 'TREETRM_ROOT' in done.stdout, done.stdout
+    stage_help = treetrm('train', '--help', path=[site], cwd=work)
+    assert stage_help.returncode == 0 and 'usage: treetrm train' in stage_help.stdout, stage_help.stderr[-2000:]
+    run = treetrm('train', '--run-id', 'v2', '-p', 'epochs', '3', path=[site], cwd=work)
+    assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
+    assert 'stage notebooks' in run.stderr and 'checkout' in run.stderr and 'TREETRM_ROOT' in run.stderr, run.stderr
+
+
+def test_help_works_without_papermill_and_a_stage_says_how_to_install_it(installed):
+    site, block, work = installed
+    done = treetrm('--help', path=[block, site], cwd=work, root=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert all(stage in done.stdout for stage in STAGES) and 'papermill' in done.stdout, done.stdout
+    assert treetrm('eval', '--help', path=[block, site], cwd=work, root=ROOT).returncode == 0
+    run = treetrm('train', '--run-id', 'v2', path=[block, site], cwd=work, root=ROOT)
+    assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
+    assert 'papermill, which is not installed' in run.stderr and 'pip install papermill' in run.stderr, run.stderr
