@@ -93,3 +93,33 @@ def test_help_works_without_papermill_and_a_stage_says_how_to_install_it(install
     run = treetrm('train', '--run-id', 'v2', path=[block, site], cwd=work, root=ROOT)
     assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
     assert 'papermill, which is not installed' in run.stderr and 'pip install papermill' in run.stderr, run.stderr
+
+
+# item 17: a script with executor='processes' and no `__main__` guard ended in BrokenProcessPool and "run again to
+# resume it", which failed the same way
+SCRIPT = '''import asyncio
+from treetrm.executors import run_jobs
+
+async def main():
+    jobs = {0: (0.01, ), 1: (0.01, )}
+    async for k, _ in run_jobs(asyncio.sleep, jobs, processes=2, describe=lambda k: 'run again to resume it'):
+        print('finished', k)
+'''
+
+
+@pytest.mark.parametrize('guarded', [False, True])
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path, guarded):
+    script = tmp_path/'jobs.py'
+    last = "if __name__ == '__main__':\n    asyncio.run(main())\n" if guarded else 'asyncio.run(main())\n'
+    script.write_text(SCRIPT + '\n' + last)
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'} | {'PYTHONPATH': str(ROOT)}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    if guarded:
+        assert done.returncode == 0 and 'finished 1' in done.stdout, done.stderr[-3000:]
+        return
+    last_error = done.stderr.strip().rsplit('\nTraceback', 1)[-1]  # this process's error, not a worker's
+    assert done.returncode == 1 and 'treetrm.core.ConfigError: ' in last_error, done.stderr[-3000:]
+    said = last_error.split('treetrm.core.ConfigError: ', 1)[1]  # the message and its notes
+    assert "no `if __name__ == '__main__':` guard" in said and str(script) in said, said
+    assert 'run again to resume it' not in said, said
