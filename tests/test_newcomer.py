@@ -123,3 +123,26 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path, guarded):
     said = last_error.split('treetrm.core.ConfigError: ', 1)[1]  # the message and its notes
     assert "no `if __name__ == '__main__':` guard" in said and str(script) in said, said
     assert 'run again to resume it' not in said, said
+
+
+# item 20 (part): a misspelt skills version was refused as "not a version name ... Use v1, v2, ..." without naming
+# the words the stages take
+def test_a_misspelt_skills_version_names_the_words_it_may_be(tmp_path):
+    from treetrm.core import ConfigError
+    from treetrm.train.workspace import Workspace
+    ws = Workspace(tmp_path/'ws', backend='sim')
+    assert ws.resolve_version('seed') == 'v1' and ws.resolve_version('v1') == 'v1'
+    with pytest.raises(ConfigError) as e:
+        ws.resolve_version('bset')
+    said = str(e.value)
+    assert "did you mean 'best'" in said and all(f"'{w}'" in said for w in ('best', 'current', 'seed')), said
+
+
+# carried over: check_run_id accepted '../x', a run folder outside the workspace's runs/
+@pytest.mark.parametrize('run_id', ['../x', '..', '.', 'a/b', 'a\\b', '/tmp/x'])
+def test_a_run_id_cannot_leave_the_workspace(run_id):
+    from treetrm.core import ConfigError
+    from treetrm.log import check_run_id
+    with pytest.raises(ConfigError, match='run_id .* path'):
+        check_run_id(run_id)
+    assert check_run_id('v2.1_a-b') == 'v2.1_a-b'
