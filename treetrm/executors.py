@@ -79,7 +79,7 @@ def check_main_guard():
     raise ConfigError(where("the worker processes died before any job finished, and the script has no "
                             "`if __name__ == '__main__':` guard: each worker (started with spawn) imports the script "
                             "and runs its top level again, starting jobs of its own",
-                            "Put the code that starts the jobs (asyncio.run(...)) under "
+                            "Put the code that starts the jobs (the asyncio.run call) under "
                             "if __name__ == '__main__':, then run the script again", file=script)) from None
 
 # %% ../nbs/03_executors.ipynb #d3cce4ad
