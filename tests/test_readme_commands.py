@@ -10,7 +10,7 @@ user, and nothing lands in this checkout's workspaces. Blocks that name an endpo
 The two training commands of "Use your own model" and "Use your own data" get small-run parameters appended after the
 README's words (as tests/test_one_test_number.py does): as written they train the full default configuration, which
 needs a world of 50 videos and took 195 s over HTTP."""
-import hashlib, json, os, re, shutil, subprocess, sys
+import hashlib, json, os, re, shlex, shutil, subprocess, sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +53,7 @@ RUN_BY = {  # a block's marker -> the test that runs it, reading the block from 
         f'{HERE}::test_build_command_over_http',
     'papermill nbs/bench/loop.ipynb out.ipynb -k python3': f'{HERE}::test_reduced_benchmark_grid_runs_as_written',
     'skill_mode: auto': CONFIGURATION_TEST,
-    ".venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v2 -p config my.yaml -p epochs 4 -p settings "
+    ".venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v3 -p config my.yaml -p epochs 4 -p settings "
     "\"{'train.gate.tau': 0.1}\"": CONFIGURATION_TEST,
 }
 NOT_RUN = {  # a block's marker -> why no test runs it
@@ -163,6 +163,33 @@ def test_a_new_block_without_an_entry_fails_saying_what_to_do():
     assert 'RUN_BY' in problem and 'NOT_RUN' in problem and HERE in problem
     stale = inventory_problems(text.replace('```yaml\nskill_mode: auto', '```yaml\nskill_mode: manual'))
     assert any('no README block starts with' in p and 'skill_mode: auto' in p for p in stale)
+
+
+def training_runs(text: str) -> list[tuple[int, str, str, dict]]:
+    "(README line, workspace, run id, the other parameters) of each training command in the README's bash blocks."
+    runs = []
+    for b in readme_blocks(text):
+        if b.lang != 'bash': continue
+        for command in b.text.replace('\\\n', ' ').splitlines():
+            words = shlex.split(command, comments=True)
+            if 'nbs/train.ipynb' not in words and words[:2] != ['treetrm', 'train']: continue
+            given = {words[k + 1]: words[k + 2] for k, w in enumerate(words) if w == '-p'}
+            options = {'--run-id': 'run_id', '--config': 'config'}  # the treetrm command's names of two parameters
+            given |= {options[w]: words[k + 1] for k, w in enumerate(words) if w in options}
+            runs.append((b.line, given.pop('workspace', 'workspaces/demo'), given.pop('run_id', 'v1'), given))
+    return runs
+
+
+def test_training_commands_on_one_run_do_not_clash():
+    ("A newcomer runs the README's training commands on the demo workspace one after another (issue 51, item 13): two "
+     "that share a run id must ask for the same run, or the second is refused on resume")
+    runs = [r for r in training_runs(README.read_text(encoding='utf-8')) if r[1] == 'workspaces/demo']
+    assert len(runs) >= 3, runs  # the quick start, the treetrm command, the configuration section
+    first = {}
+    for line, _, run_id, given in runs:
+        seen = first.setdefault(run_id, (line, given))
+        assert seen[1] == given, (f'README lines {seen[0]} and {line} both train run {run_id!r} of the demo workspace '
+                                  f'with other parameters ({seen[1]} and {given}): give the second its own run id')
 
 
 RULE_FAMILIES = ('gate', 'gepa', 'greedy', 'oracle', 'fixed_n', 'bayes')

@@ -58,7 +58,7 @@ def test_readme_configuration_command_runs_through_papermill(tmp_path):
              '-p', 'batch_size', '8', '-p', 'concurrency', '4', '-p', 'patience', '1', '-p', 'show_steps', 'False']
     done = subprocess.run(words + small, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    frozen = read_json(ws/'runs'/'v2'/'checkpoint.json')['state']['structural']['config']
+    frozen = read_json(ws/'runs'/'v3'/'checkpoint.json')['state']['structural']['config']
     assert frozen['gate']['tau'] == 0.1  # -p settings
     assert frozen['epochs'] == 4 and frozen['batch']['batch_size'] == 8  # parameters win over my.yaml (3, 16)
     assert (frozen['gate']['alpha'], frozen['gate']['min_n'], frozen['acceptance']) == (0.05, 20, 'gate')  # my.yaml

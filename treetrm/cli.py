@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_cli.ipynb #bffe3c37
 from __future__ import annotations
-import argparse, ast, difflib, shutil, sys, tempfile
+import argparse, ast, difflib, shutil, sys, tempfile, textwrap
 from pathlib import Path
 from .core import TreeTrmError, ConfigError, where, project_root, package_dir
 from .log import check_run_id
@@ -22,7 +22,10 @@ STAGES = {'build': 'video files -> video trees (the vision role)',
 def stage_root() -> Path:
     "The checkout whose `nbs/` holds the stage notebooks: `TREETRM_ROOT`, the package's, or the working directory's."
     pkg = package_dir().parent
-    return project_root(pkg if (pkg/'settings.ini').exists() else None)
+    try: return project_root(pkg if (pkg/'settings.ini').exists() else None)
+    except ConfigError as e:
+        need = 'the stage commands run the stage notebooks of a treetrm checkout; they do not ship with the package'
+        raise ConfigError(f'{need}, and none was found: {e}') from None
 
 def stage_notebook(stage:str, # one of `STAGES`
                    root:Path # the checkout
@@ -39,7 +42,7 @@ def _papermill():
     try: import papermill
     except ImportError:
         need = 'the treetrm command runs the stage notebooks through papermill, which is not installed'
-        fix = "Install it: pip install papermill (or pip install -e '.[dev]' in the checkout)"
+        fix = "Install it: pip install papermill ipykernel (or pip install -e '.[dev]' in the checkout)"
         raise ConfigError(where(need, fix)) from None
     return papermill
 
@@ -112,14 +115,18 @@ def run_stage(stage:str, # one of `STAGES`
     return report
 
 # %% ../nbs/05_cli.ipynb #d6bc1525
-def _parameter_help(parameters:dict) -> str:
-    "A stage's parameters as help lines: name, default, what it is."
+def _parameter_help(parameters:dict, # name -> {default, help}
+                    missing:TreeTrmError|None=None # why no stage can run here (no checkout, no papermill)
+                   ) -> str:
+    "A stage's parameters as help lines: name, default, what it is; or why they are not listed."
+    if missing: return textwrap.fill(f'not listed, and no stage can run here: {missing}', 116, initial_indent='  ',
+                                     subsequent_indent='  ')
     return '\n'.join(f'  {name} = {p["default"]}  {p["help"]}' for name, p in parameters.items())
 
-def _add_stage(stages, stage:str, parameters:dict):
+def _add_stage(stages, stage:str, parameters:dict, missing:TreeTrmError|None=None):
     "The subcommand of one stage."
     sub = stages.add_parser(stage, help=STAGES[stage], description=STAGES[stage],
-                            epilog=f'parameters of nbs/{stage}.ipynb:\n{_parameter_help(parameters)}',
+                            epilog=f'parameters of nbs/{stage}.ipynb:\n{_parameter_help(parameters, missing)}',
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     sub.add_argument('-p', '--parameter', nargs=2, action='append', default=[], metavar=('NAME', 'VALUE'),
                      help="a notebook parameter, as text (as papermill's -p)")
@@ -127,17 +134,19 @@ def _add_stage(stages, stage:str, parameters:dict):
     if 'run_id' in parameters: sub.add_argument('--run-id', metavar='ID', help='the run id (-p run_id)')
     sub.add_argument('--out', metavar='PATH', help='where the executed notebook goes (default: see `treetrm --help`)')
 
-def build_parser(parameters:dict # stage -> its parameters (`stage_parameters`)
+def build_parser(parameters:dict, # stage -> its parameters (`stage_parameters`)
+                 missing:TreeTrmError|None=None # why no stage can run here: the help says it in place of parameters
                 ) -> argparse.ArgumentParser:
     "The `treetrm` command line: one subcommand per stage; its help lists every stage's parameters."
     listing = '\n\n'.join(f'{stage} (nbs/{stage}.ipynb):\n{_parameter_help(p)}' for stage, p in parameters.items())
+    if missing: listing = _parameter_help({}, missing)
     where_to = ('reports: train -> <workspace>/runs/<run_id>/train.ipynb; split and eval -> <workspace>/reports/; '
                 'build -> beside trees_dir')
     parser = argparse.ArgumentParser(prog='treetrm', description='Run a treetrm stage notebook through papermill.',
                                      epilog=f'{where_to}\n\nparameters (-p NAME VALUE):\n\n{listing}',
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     stages = parser.add_subparsers(dest='stage', required=True, metavar='STAGE', title='stages')
-    for stage, p in parameters.items(): _add_stage(stages, stage, p)
+    for stage, p in parameters.items(): _add_stage(stages, stage, p, missing)
     return parser
 
 # %% ../nbs/05_cli.ipynb #f3d03a17
@@ -164,10 +173,13 @@ def main(argv:list[str]|None=None # the arguments (default: the command line's)
         ) -> int:
     "`treetrm <stage> [-p NAME VALUE]... [--config FILE] [--run-id ID] [--out PATH]`: run a stage notebook."
     try:
-        root = stage_root()
+        root, missing = stage_root(), None
         parameters = {stage: stage_parameters(stage, root) for stage in STAGES}
-    except TreeTrmError as e: return _failed(e)
-    parser = build_parser(parameters)
+    except TreeTrmError as e: root, parameters, missing = None, {stage: {} for stage in STAGES}, e
+    parser = build_parser(parameters, missing)
+    if missing:  # `--help` still answers; a stage says what it needs
+        parser.parse_known_args(argv)
+        return _failed(missing)
     args = parser.parse_args(argv)
     given = stage_arguments(args, parameters[args.stage], parser)
     try: report = run_stage(args.stage, given, root, args.out)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #121e446a
 from __future__ import annotations
-import ast, asyncio, collections, contextlib, hashlib, importlib, json, os, shutil, sqlite3, tempfile, time
+import ast, asyncio, collections, contextlib, hashlib, importlib, json, os, secrets, shutil, sqlite3, tempfile, time
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 import yaml
@@ -14,10 +14,10 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count', 'Budget',
            'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'parse_yaml', 'read_yaml',
-           'parse_parameter', 'parameter_value', 'atomic_write_bytes', 'atomic_write_text', 'sweep_temp_files',
-           'canonical_json', 'atomic_write_json', 'read_json', 'read_utf8', 'file_identity', 'folder_listing',
-           'connect_wal', 'sha256_bytes', 'sha256_text', 'sha256_json', 'sha256_file', 'stable_seed', 'test_fail_async',
-           'Slots']
+           'parse_parameter', 'parameter_value', 'new_temp_file', 'new_temp_folder', 'atomic_write_bytes',
+           'atomic_write_text', 'sweep_temp_files', 'canonical_json', 'atomic_write_json', 'read_json', 'read_utf8',
+           'file_identity', 'folder_listing', 'connect_wal', 'sha256_bytes', 'sha256_text', 'sha256_json',
+           'sha256_file', 'stable_seed', 'test_fail_async', 'Slots']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -226,12 +226,28 @@ def parameter_value(value, # as given: a dict or list, its text (Python, YAML or
                             parameter=name))
 
 # %% ../nbs/00_core.ipynb #8f329fed
+def new_temp_file(folder:Path, # the folder of the file it will replace
+                  name:str # the name of that file, kept in the temporary one's for `sweep_temp_files`
+                 ) -> tuple[int, Path]:
+    "A new hidden `.<name>.<random>.tmp` file in `folder`, open for writing, with the mode `open(..., 'w')` gives."
+    tmp = Path(folder)/f'.{name}.{secrets.token_hex(8)}.tmp'
+    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_BINARY', 0), 0o666), tmp
+
+def new_temp_folder(folder:Path, # where it is made (made when missing)
+                    name:str # kept in its name, `.<name>.<random>.tmp`, for `sweep_temp_files`
+                   ) -> Path:
+    "A new hidden, empty temporary folder in `folder`, with the mode `mkdir` gives (0777 less the umask)."
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    tmp = Path(folder)/f'.{name}.{secrets.token_hex(8)}.tmp'
+    tmp.mkdir()
+    return tmp
+
 def atomic_write_bytes(path:str|Path, # target file; parent folders are created
                        data:bytes) -> Path:
     "Write `data` to `path` atomically (temp file in the same folder, fsync, `os.replace`)."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+    fd, tmp = new_temp_file(path.parent, path.name)
     try:
         with os.fdopen(fd, 'wb') as f:
             f.write(data)

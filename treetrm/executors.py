@@ -4,15 +4,15 @@
 
 # %% ../nbs/03_executors.ipynb #8727ef79
 from __future__ import annotations
-import asyncio, concurrent.futures as cf, contextlib, glob, logging, multiprocessing as mp, os, signal
+import ast, asyncio, concurrent.futures as cf, contextlib, glob, logging, multiprocessing as mp, os, signal, sys
 from pathlib import Path
 from typing import AsyncIterator, Callable
 from .core import ConfigError, where
 
 # %% auto #0
 __all__ = ['EXECUTORS', 'RAY_RETRIES', 'WORKER_ENV', 'RAY_START_TRIES', 'STARTUP_TIMEOUT', 'check_executor', 'ray_module',
-           'in_own_loop', 'worker_environment', 'stop_workers', 'descendants', 'start_ray', 'ray_connection',
-           'run_jobs']
+           'in_own_loop', 'worker_environment', 'main_without_guard', 'check_main_guard', 'stop_workers', 'descendants',
+           'start_ray', 'ray_connection', 'run_jobs']
 
 # %% ../nbs/03_executors.ipynb #8ef182c4
 EXECUTORS = ('processes', 'ray')
@@ -58,6 +58,30 @@ def worker_environment(env:dict=WORKER_ENV):
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
 
+# %% ../nbs/03_executors.ipynb #29b086ee
+def _is_main_guard(node:ast.stmt) -> bool:
+    "Whether a top-level statement is `if __name__ == '__main__':` (either way round, either quote)."
+    return isinstance(node, ast.If) and ast.unparse(node.test) in ("__name__ == '__main__'", "'__main__' == __name__")
+
+def main_without_guard(main=None # the main module (default: `sys.modules['__main__']`)
+                      ) -> Path|None:
+    "The path of the script run as the main module when its top level has no `__main__` guard; None otherwise."
+    main = main or sys.modules.get('__main__')
+    path = getattr(main, '__file__', None)  # a notebook's kernel or an interactive shell has none
+    if not path or not str(path).endswith('.py'): return None
+    try: tree = ast.parse(Path(path).read_text(encoding='utf-8'))
+    except (OSError, SyntaxError, UnicodeDecodeError): return None
+    return None if any(_is_main_guard(node) for node in tree.body) else Path(path)
+
+def check_main_guard():
+    "A `ConfigError` naming the script when it has no `__main__` guard (called when the worker pool broke at once)."
+    if (script := main_without_guard()) is None: return
+    raise ConfigError(where("the worker processes died before any job finished, and the script has no "
+                            "`if __name__ == '__main__':` guard: each worker (started with spawn) imports the script "
+                            "and runs its top level again, starting jobs of its own",
+                            "Put the code that starts the jobs (the asyncio.run call) under "
+                            "if __name__ == '__main__':, then run the script again", file=script)) from None
+
 # %% ../nbs/03_executors.ipynb #d3cce4ad
 @contextlib.contextmanager
 def _noting(describe:Callable|None, key):
@@ -97,11 +121,15 @@ def _settle(futures) -> None:
 async def _in_processes(job, jobs:dict, describe, processes:int) -> AsyncIterator:
     with worker_environment(), cf.ProcessPoolExecutor(processes, mp_context=mp.get_context('spawn')) as pool:
         futures = {asyncio.wrap_future(pool.submit(in_own_loop, job, args)): k for k, args in jobs.items()}
+        finished = 0
         try:
-            async for k, r in _first_done(futures, describe): yield k, r
-        except BaseException:  # a failure or an interrupt: queued jobs never start, running ones stop
+            async for k, r in _first_done(futures, describe):
+                finished += 1
+                yield k, r
+        except BaseException as e:  # a failure or an interrupt: queued jobs never start, running ones stop
             stop_workers(pool)
             _settle(futures)
+            if isinstance(e, cf.process.BrokenProcessPool) and not finished: check_main_guard()
             raise
 
 # %% ../nbs/03_executors.ipynb #7ad44047

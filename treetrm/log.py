@@ -192,10 +192,15 @@ class RunRecord:
     created_at: str
 
 def check_run_id(run_id) -> str:
-    "`run_id` when it is a non-blank string, else a `ConfigError`."
+    "`run_id` when it is a non-blank string that names a folder inside `runs/`, else a `ConfigError`."
     if not isinstance(run_id, str) or not run_id.strip():
         raise ConfigError(
             where(f'run_id must be a non-blank string, got {run_id!r}', 'Pass a name such as "baseline" or "v2"',
+                  field='run_id'))
+    if run_id in ('.', '..') or any(c in run_id for c in '/\\\0'):  # runs/<run_id> must stay in the workspace
+        raise ConfigError(
+            where(f'run_id must be a plain name, not a path, got {run_id!r}',
+                  'Drop the path separators (/ and \\) and the . or ..: a run id names a folder under runs/',
                   field='run_id'))
     return run_id
 

@@ -4,13 +4,13 @@
 
 # %% ../../nbs/agent/00a_versions.ipynb #3e8d1f76
 from __future__ import annotations
-import os, re, shutil, tempfile
+import os, re, shutil
 from dataclasses import dataclass, asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from fastcore.basics import patch
 from ..core import (DataError, ConfigError, InfraError, where, asset_dir, atomic_write_bytes, atomic_write_json,
-                          read_json)
+                          new_temp_folder, read_json)
 from .skills import Skill, is_plain_name, check_skill_files, load_skill_dir
 
 # %% auto #0
@@ -125,13 +125,11 @@ def create(self:VersionStore, files:dict[str,str|None], # changed files: name ->
         'parent': None if parent is None else version_name(parent), 'source': source, 'trigger_run': trigger_run,
         'created_at': _now()
     }
-    self.base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=self.base, prefix='.v.', suffix='.tmp'))  # see core.sweep_temp_files
+    tmp = new_temp_folder(self.base, 'v')  # the mode a plain mkdir gives; see core.sweep_temp_files
     try:
         for name, text in merged.items():
             atomic_write_bytes(tmp / name, text.encode('utf-8'))
         atomic_write_json(tmp / META_FILE, meta)
-        os.chmod(tmp, 0o755)
         return _claim(self, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -318,7 +318,8 @@ def write_noise(summary:dict, out:str|Path # the JSON file; relative paths resol
                ) -> Path:
     "Write the summary JSON and its figure (stem.pdf/png/svg) beside it; its path."
     path = from_root(out)
-    table = pl.DataFrame(summary['rows']).fill_null(float('nan'))
+    rates = pl.col(pl.Float64, pl.Null)  # NaN stored as null; counts (questions) stay whole, as in the title
+    table = pl.DataFrame(summary['rows']).with_columns(rates.fill_null(float('nan')))
     files = [p.name for p in figures.save_figure(plot_noise(table), path.stem, path.parent).values()]
     atomic_write_json(path, summary | dict(figures=files), indent=1)
     return path

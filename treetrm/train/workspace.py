@@ -4,15 +4,15 @@
 
 # %% ../../nbs/train/03_workspace.ipynb #95c31d4a
 from __future__ import annotations
-import warnings
+import difflib, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
 from fastcore.basics import patch
-from ..core import ConfigError, sweep_temp_files, where, check_count
+from ..core import ConfigError, DataError, sweep_temp_files, where, check_count
 from ..data import Question, load_questions
 from ..llm.resilience import ResponseCache
-from ..agent.versions import VersionStore, init_workspace, load_manifest, set_current, set_best
+from ..agent.versions import VersionStore, init_workspace, load_manifest, set_current, set_best, version_name
 from ..log import FINAL_TEST, HarnessLog, check_run_id, TrainRunId
 from ..agent.inference import run_inference, InferenceResult
 from ..proposers.diagnose import diagnose as diagnose_run
@@ -24,8 +24,8 @@ from .settings import Config, TrainConfig, runner_config
 from ..llm.ledger import CallRecorder, RecordedProvider, BudgetedProvider, filed_under
 
 # %% auto #0
-__all__ = ['TRAIN_ROLES', 'BASELINE_RUN', 'TEST_LOOK_KINDS', 'Workspace', 'AgentSetup', 'RepeatedTestLook', 'look_to_report',
-           'repeated_look_warning']
+__all__ = ['TRAIN_ROLES', 'VERSION_WORDS', 'BASELINE_RUN', 'TEST_LOOK_KINDS', 'Workspace', 'AgentSetup', 'RepeatedTestLook',
+           'look_to_report', 'repeated_look_warning']
 
 # %% ../../nbs/train/03_workspace.ipynb #aa881b8f
 TRAIN_ROLES = ('agent', 'judge', 'evolver')
@@ -86,12 +86,24 @@ class Workspace:
         return f'{name}({folder!r}, backend={self.backend!r}, data_dir={data!r})'
 
 # %% ../../nbs/train/03_workspace.ipynb #84ec66b1
+VERSION_WORDS = ('best', 'current', 'seed')  # the skills versions a stage may name by what they are
+
+def _not_a_version(version) -> ConfigError:
+    "The error for a skills version that is neither one of `VERSION_WORDS` nor vN, with the nearest word."
+    near = difflib.get_close_matches(str(version), VERSION_WORDS, n=1)
+    hint = f'did you mean {near[0]!r}? ' if near else ''
+    return ConfigError(where(f'{version!r} is not a skills version', f"{hint}Name one as 'best', 'current', 'seed' "
+                             'or a version vN (v1, v2, ...)', field='skills_version'))
+
 @patch
 def resolve_version(self:Workspace, version:str) -> str:
-    "A skills version name from 'best', 'current', 'seed' or vN."
+    "A skills version name from 'best', 'current', 'seed' or vN; another name is a `ConfigError` naming them."
     m = load_manifest(self.workspace)
     named = {'best': m.skills_best, 'current': m.skills_current, 'seed': self.skills.versions()[0]}
-    return named.get(version) or self.skills.path(version).name
+    if named.get(version): return named[version]
+    try: version_name(version)
+    except DataError: raise _not_a_version(version) from None
+    return self.skills.path(version).name
 
 @dataclass(frozen=True)
 class AgentSetup:

@@ -1,0 +1,148 @@
+"""What a newcomer tripped on (issue 51): files readable by others, `--help` without a checkout, a process pool in a
+script without a `__main__` guard, README examples that do not clash, and messages that name what to write."""
+import os, stat, subprocess, sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from treetrm.core import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+
+@contextmanager
+def umask(mask: int):
+    "Run the block under the process umask `mask`."
+    old = os.umask(mask)
+    try: yield
+    finally: os.umask(old)
+
+
+def mode(path: Path) -> int: return stat.S_IMODE(path.stat().st_mode)
+
+
+# item 4: every file treetrm writes was 0600 (mkstemp), whatever the umask
+@pytest.mark.parametrize('mask, file_mode, folder_mode', [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750)])
+def test_written_files_get_the_mode_open_gives_under_the_umask(tmp_path, mask, file_mode, folder_mode):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from treetrm.figures import save_figure
+    from treetrm.agent.versions import VersionStore
+    with umask(mask):
+        written = [atomic_write_bytes(tmp_path/'a.bin', b'x'), atomic_write_text(tmp_path/'b.txt', 'x'),
+                   atomic_write_json(tmp_path/'c.json', {'a': 1})]
+        fig, _ = plt.subplots()
+        written += list(save_figure(fig, 'f', tmp_path/'figures', formats=('png', 'svg')).values())
+        plt.close(fig)
+        store = VersionStore(tmp_path/'ws', 'prompts')
+        version = store.base/store.create({'system.md': 'x'}, parent=None, source='seed')
+        plain = tmp_path/'plain.txt'
+        plain.write_text('x')  # what a plain open(..., 'w') gives
+    assert mode(plain) == file_mode
+    written += [version/'system.md', version/'meta.json']
+    assert {p.name: mode(p) for p in written} == {p.name: file_mode for p in written}
+    assert mode(version) == folder_mode  # a skill version's folder: what a plain mkdir gives
+
+
+# item 7: `treetrm --help` after a non-editable `pip install .` exited 1 (no settings.ini), and asked for papermill
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ('build', 'split', 'train', 'eval')
+
+
+@pytest.fixture(scope='module')
+def installed(tmp_path_factory):
+    ("A copy of the package outside any checkout, as `pip install .` leaves it, and a folder whose `papermill` cannot "
+     "be imported (as without the dev extra): (site folder, blocker folder, an empty working folder).")
+    import shutil
+    base = tmp_path_factory.mktemp('installed')
+    shutil.copytree(ROOT/'treetrm', base/'site'/'treetrm', ignore=shutil.ignore_patterns('__pycache__'))
+    (base/'block').mkdir()
+    (base/'block'/'papermill.py').write_text("raise ImportError('papermill is blocked by the test')\n")
+    (base/'work').mkdir()
+    return base/'site', base/'block', base/'work'
+
+
+def treetrm(*words, path, cwd, root=None) -> subprocess.CompletedProcess:
+    "`python -m treetrm <words>` with only `path` (and the environment's site-packages) to import from."
+    env = {k: v for k, v in os.environ.items() if k not in ('TREETRM_ROOT', 'PYTHONPATH')}
+    env['PYTHONPATH'] = os.pathsep.join(str(p) for p in path)
+    if root: env['TREETRM_ROOT'] = str(root)
+    return subprocess.run([sys.executable, '-m', 'treetrm', *words], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_help_works_outside_a_checkout_and_a_stage_says_what_is_missing(installed):
+    site, _, work = installed
+    done = treetrm('--help', path=[site], cwd=work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 'usage: treetrm' in done.stdout and all(stage in done.stdout for stage in STAGES), done.stdout
+    assert 'checkout' in done.stdout and 'TREETRM_ROOT' in done.stdout, done.stdout
+    stage_help = treetrm('train', '--help', path=[site], cwd=work)
+    assert stage_help.returncode == 0 and 'usage: treetrm train' in stage_help.stdout, stage_help.stderr[-2000:]
+    run = treetrm('train', '--run-id', 'v2', '-p', 'epochs', '3', path=[site], cwd=work)
+    assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
+    assert 'stage notebooks' in run.stderr and 'checkout' in run.stderr and 'TREETRM_ROOT' in run.stderr, run.stderr
+
+
+def test_help_works_without_papermill_and_a_stage_says_how_to_install_it(installed):
+    site, block, work = installed
+    done = treetrm('--help', path=[block, site], cwd=work, root=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert all(stage in done.stdout for stage in STAGES) and 'papermill' in done.stdout, done.stdout
+    assert treetrm('eval', '--help', path=[block, site], cwd=work, root=ROOT).returncode == 0
+    run = treetrm('train', '--run-id', 'v2', path=[block, site], cwd=work, root=ROOT)
+    assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
+    assert 'papermill, which is not installed' in run.stderr and 'pip install papermill' in run.stderr, run.stderr
+
+
+# item 17: a script with executor='processes' and no `__main__` guard ended in BrokenProcessPool and "run again to
+# resume it", which failed the same way
+SCRIPT = '''import asyncio
+from treetrm.executors import run_jobs
+
+async def main():
+    jobs = {0: (0.01, ), 1: (0.01, )}
+    async for k, _ in run_jobs(asyncio.sleep, jobs, processes=2, describe=lambda k: 'run again to resume it'):
+        print('finished', k)
+'''
+
+
+@pytest.mark.parametrize('guarded', [False, True])
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path, guarded):
+    script = tmp_path/'jobs.py'
+    last = "if __name__ == '__main__':\n    asyncio.run(main())\n" if guarded else 'asyncio.run(main())\n'
+    script.write_text(SCRIPT + '\n' + last)
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'} | {'PYTHONPATH': str(ROOT)}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    if guarded:
+        assert done.returncode == 0 and 'finished 1' in done.stdout, done.stderr[-3000:]
+        return
+    last_error = done.stderr.strip().rsplit('\nTraceback', 1)[-1]  # this process's error, not a worker's
+    assert done.returncode == 1 and 'treetrm.core.ConfigError: ' in last_error, done.stderr[-3000:]
+    said = last_error.split('treetrm.core.ConfigError: ', 1)[1]  # the message and its notes
+    assert "no `if __name__ == '__main__':` guard" in said and str(script) in said, said
+    assert 'run again to resume it' not in said, said
+
+
+# item 20 (part): a misspelt skills version was refused as "not a version name ... Use v1, v2, ..." without naming
+# the words the stages take
+def test_a_misspelt_skills_version_names_the_words_it_may_be(tmp_path):
+    from treetrm.core import ConfigError
+    from treetrm.train.workspace import Workspace
+    ws = Workspace(tmp_path/'ws', backend='sim')
+    assert ws.resolve_version('seed') == 'v1' and ws.resolve_version('v1') == 'v1'
+    with pytest.raises(ConfigError) as e:
+        ws.resolve_version('bset')
+    said = str(e.value)
+    assert "did you mean 'best'" in said and all(f"'{w}'" in said for w in ('best', 'current', 'seed')), said
+
+
+# carried over: check_run_id accepted '../x', a run folder outside the workspace's runs/
+@pytest.mark.parametrize('run_id', ['../x', '..', '.', 'a/b', 'a\\b', '/tmp/x'])
+def test_a_run_id_cannot_leave_the_workspace(run_id):
+    from treetrm.core import ConfigError
+    from treetrm.log import check_run_id
+    with pytest.raises(ConfigError, match='run_id .* path'):
+        check_run_id(run_id)
+    assert check_run_id('v2.1_a-b') == 'v2.1_a-b'
