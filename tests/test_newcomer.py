@@ -146,3 +146,55 @@ def test_a_run_id_cannot_leave_the_workspace(run_id):
     with pytest.raises(ConfigError, match='run_id .* path'):
         check_run_id(run_id)
     assert check_run_id('v2.1_a-b') == 'v2.1_a-b'
+
+
+# item 1: own data with a 2-video test pool read `delta 0.0769 [0.0769, 0.0769]`: both videos had the same W - L, so
+# the clustered variance was 0 and the 95% interval a point
+def _paired_pool(tmp_path, n_videos, wins_per_video):
+    "A log with runs A and B on `n_videos` videos of 4 questions; on each video B wins `wins_per_video` questions."
+    from treetrm.data import Question
+    from treetrm.log import HarnessLog
+    qs = [Question(f'v{v}-{k}', f'v{v}', 'Counting Problem', 'q?', ('A. x', 'B. y'), 'A') for v in range(n_videos)
+          for k in range(4)]
+    log = HarnessLog(tmp_path/'harness.db')
+    for run, right in (('A', lambda k: k == 3), ('B', lambda k: k == 3 or k < wins_per_video)):
+        log.insert('predictions', [dict(run_id=run, question_id=q.question_id, video_id=q.video_id,
+                                        task_type=q.task_type, correct=right(int(q.question_id[-1]))) for q in qs])
+    return log, qs
+
+
+def test_an_interval_from_two_videos_with_equal_change_is_not_a_point(tmp_path):
+    from treetrm.report import paired_comparison
+    log, qs = _paired_pool(tmp_path, 2, 1)  # each video: W 1, L 0, so the per-video changes agree exactly
+    row = paired_comparison(log, 'A', 'B', qs).filter(task_type='ALL').row(0, named=True)
+    log.close()
+    assert (row['n_videos'], row['w'], row['l'], row['delta']) == (2, 2, 0, 0.25)
+    # two videos cannot bound the change: the interval must hold both signs (0.25 ± 12.7 · anything ≥ 0.25/12.7)
+    assert row['delta_low'] < 0 < row['delta_high'], row
+    assert 'too few videos' in row['interval'], row
+
+
+def test_an_interval_from_enough_videos_stays_the_clustered_one(tmp_path):
+    from treetrm.intervals import MIN_CLUSTERS, clustered_mean
+    from treetrm.report import paired_comparison
+    n = MIN_CLUSTERS + 3
+    log, qs = _paired_pool(tmp_path, n, 1)
+    pc = paired_comparison(log, 'A', 'B', qs)
+    log.close()
+    row = pc.filter(task_type='ALL').row(0, named=True)
+    assert row['interval'] == 'clustered by video', row
+    # videos with different changes: the plain CR1 interval, as the formula in 03b_intervals gives it
+    y, vids = [1, 0, 0, 0, 1, 1, 0, 0] * 3, [v for v in range(6) for _ in range(4)]
+    c = clustered_mean(y, vids, bounds=(-1.0, 1.0))
+    assert not c.conservative and c.low > 0 and c.high - c.low < 1
+
+
+@pytest.mark.parametrize('n_videos', [2, 3, 4])
+def test_a_proportion_from_few_videos_counts_each_video_once(n_videos):
+    from scipy import stats
+    from treetrm.intervals import clustered_proportion, wilson_interval
+    y, vids = [1, 0] * (2*n_videos), [v for v in range(n_videos) for _ in range(4)]  # every video exactly half right
+    c = clustered_proportion(y, vids)
+    z = stats.t.ppf(0.975, n_videos - 1)
+    # the worst case, all questions of a video alike: Wilson on the number of videos, not on n = 4 · videos
+    assert c.conservative and (c.low, c.high) == pytest.approx(wilson_interval(0.5, n_videos, z), abs=1e-12)

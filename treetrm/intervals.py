@@ -10,7 +10,8 @@ import numpy as np
 from scipy import stats
 
 # %% auto #0
-__all__ = ['ClusteredMean', 'clustered_mean', 'wilson_interval', 'design_effect', 'clustered_proportion']
+__all__ = ['MIN_CLUSTERS', 'ClusteredMean', 'worst_case_half_width', 'clustered_mean', 'wilson_interval', 'design_effect',
+           'clustered_proportion']
 
 # %% ../nbs/03b_intervals.ipynb #5cc8885b
 @dataclass(frozen=True)
@@ -22,21 +23,35 @@ class ClusteredMean:
     high: float
     n: int # values
     n_clusters: int # distinct clusters
+    conservative: bool = False # fewer than `MIN_CLUSTERS` clusters: the worst-case interval, each cluster counted once
+
+MIN_CLUSTERS = 5 # below this many clusters the CR1 variance (G−1 df) is not trusted for an interval
+
+def worst_case_half_width(p:float, # the mean
+                          g:int, # clusters
+                          z:float, # the quantile
+                          bounds:tuple # the range of the values
+                         ) -> float:
+    "Half-width from the largest variance values in `bounds` with mean `p` can have, on `g` observations."
+    return z * math.sqrt(max(0.0, (p - bounds[0]) * (bounds[1] - p)) / g)
 
 def clustered_mean(values, # numbers, e.g. 0/1 correctness
                    clusters, # cluster label of each value, e.g. its video id
                    level:float=0.95, # interval coverage
-                   bounds:tuple=(0.0, 1.0) # the range of the mean, for clipping
+                   bounds:tuple=(0.0, 1.0), # the range of the mean, for clipping
+                   min_clusters:int=MIN_CLUSTERS # fewer clusters than this: the worst-case interval
                   ) -> ClusteredMean:
-    "The mean of `values` with a cluster-robust (CR1, t on G−1 df) interval."
+    "The mean of `values` with a cluster-robust (CR1, t on G−1 df) interval; the worst case from too few clusters."
     y = np.asarray(values, dtype=float)
     if len(y) == 0: return ClusteredMean(math.nan, math.nan, math.nan, math.nan, 0, 0)
     _, idx = np.unique(np.asarray(clusters, dtype=object).astype(str), return_inverse=True)
     g, p = int(idx.max()) + 1, float(y.mean())
-    if g < 2: return ClusteredMean(p, math.nan, math.nan, math.nan, len(y), g)
-    se = math.sqrt(g/(g - 1) * float((np.bincount(idx, weights=y - p)**2).sum())) / len(y)
-    half = float(stats.t.ppf(0.5 + level/2, g - 1)) * se
-    return ClusteredMean(p, se, max(bounds[0], p - half), min(bounds[1], p + half), len(y), g)
+    se = math.sqrt(g/(g - 1) * float((np.bincount(idx, weights=y - p)**2).sum())) / len(y) if g > 1 else math.nan
+    z = float(stats.t.ppf(0.5 + level/2, max(g - 1, 1)))
+    few = g < min_clusters
+    cr1 = z * se if g > 1 else 0.0
+    half = max(cr1, worst_case_half_width(p, g, z, bounds)) if few else cr1
+    return ClusteredMean(p, se, max(bounds[0], p - half), min(bounds[1], p + half), len(y), g, conservative=few)
 
 # %% ../nbs/03b_intervals.ipynb #6bc6f7b8
 def wilson_interval(p:float, # the observed proportion
@@ -51,7 +66,7 @@ def wilson_interval(p:float, # the observed proportion
 
 def design_effect(c:ClusteredMean) -> float:
     "Clustered over binomial variance of `c`'s proportion (at least 1); the mean cluster size where it has no estimate."
-    if c.n_clusters < 2 or c.mean in (0.0, 1.0): return c.n / c.n_clusters
+    if c.conservative or c.n_clusters < 2 or c.mean in (0.0, 1.0): return c.n / c.n_clusters
     return max(1.0, c.se**2 * c.n / (c.mean * (1 - c.mean)))
 
 def clustered_proportion(values, # 0/1 outcomes, e.g. correctness

@@ -15,7 +15,7 @@ from .data import questions_frame
 from .figures import (FIGURE_FORMATS, checked_stem, confirming_lines, decision_color, decision_handles,
                              figure_bytes, finish_figure, fit_side_legends, new_figure, paper_style, save_figure,
                              type_colors)
-from .intervals import clustered_mean, clustered_proportion
+from .intervals import MIN_CLUSTERS, ClusteredMean, clustered_mean, clustered_proportion
 from .gate.evalues import TRAIN_ALPHA, e_value_minus, e_value_plus, flip_counts, mcnemar_exact_one_sided
 from .gate.decision import shrunk_delta
 from .log import HarnessLog
@@ -23,10 +23,10 @@ from .log import HarnessLog
 # %% auto #0
 __all__ = ['GATE_COLUMNS', 'OK_STATUSES', 'ROLE_ORDER', 'ACCURACY_LIMITS', 'EPOCH_COLUMNS', 'INLINE_DPI', 'REPORT_TABLE',
            'shadow_cell', 'shadow_columns', 'delta_shrunk_note', 'gate_table', 'e_value_trajectories', 'plot_e_values',
-           'cost_table', 'pool_frame', 'run_correct', 'accuracy_by_type', 'paired_comparison', 'before_after',
-           'row_labels', 'plot_before_after', 'decision_timeline', 'plot_decision_timeline', 'epoch_frame',
-           'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report', 'decision_counts', 'shadow_agreement',
-           'final_report', 'shown_in_full', 'show_report', 'save_report']
+           'cost_table', 'pool_frame', 'run_correct', 'interval_label', 'accuracy_by_type', 'paired_comparison',
+           'before_after', 'row_labels', 'plot_before_after', 'decision_timeline', 'plot_decision_timeline',
+           'epoch_frame', 'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report', 'decision_counts',
+           'shadow_agreement', 'final_report', 'shown_in_full', 'show_report', 'save_report']
 
 # %% ../nbs/04_report.ipynb #850e40ed
 GATE_COLUMNS = ('gate_id', 'task_type', 'decision', 'w', 'l', 'n_used', 'e_value', 'e_value_harm', 'delta_hat',
@@ -198,11 +198,17 @@ def run_correct(log:HarnessLog, run_id:str) -> pl.DataFrame:
     return p.select('question_id', pl.col('correct').fill_null(False))
 
 # %% ../nbs/04_report.ipynb #a5894696
+def interval_label(c:ClusteredMean) -> str:
+    "How `c`'s interval was drawn: clustered by video, or the worst case from too few videos."
+    if not c.conservative: return 'clustered by video'
+    return f'too few videos ({c.n_clusters} < {MIN_CLUSTERS}): worst case, each video counted once'
+
 def _accuracy_row(task_type:str, g:pl.DataFrame, level:float) -> dict:
     s = g.filter(pl.col('correct').is_not_null())
     c = clustered_proportion(s['correct'].cast(pl.Float64).to_numpy(), s['video_id'].to_list(), level)
     return dict(task_type=task_type, n_questions=g.height, n_missing=g.height - s.height, n_videos=c.n_clusters,
-                correct=int(s['correct'].sum()), accuracy=c.mean, se=c.se, ci_low=c.low, ci_high=c.high)
+                correct=int(s['correct'].sum()), accuracy=c.mean, se=c.se, ci_low=c.low, ci_high=c.high,
+                interval=interval_label(c))
 
 def _by_type(frame:pl.DataFrame, row_fn) -> pl.DataFrame:
     "row_fn(task_type, rows) for each task type in sorted order, then for all rows as `ALL`."
@@ -224,7 +230,7 @@ def _paired_row(task_type:str, g:pl.DataFrame, level:float) -> dict:
     w, l = flip_counts(zip(a, b))
     d = clustered_mean(b.astype(float) - a.astype(float), g['video_id'].to_list(), level, bounds=(-1.0, 1.0))
     return dict(task_type=task_type, n=g.height, n_videos=d.n_clusters, acc_a=float(a.mean()), acc_b=float(b.mean()),
-                delta=d.mean, delta_low=d.low, delta_high=d.high, w=w, l=l,
+                delta=d.mean, delta_low=d.low, delta_high=d.high, interval=interval_label(d), w=w, l=l,
                 p_mcnemar=float(mcnemar_exact_one_sided(w, l)), e_value=float(e_value_plus(w, l)),
                 e_value_harm=float(e_value_minus(w, l)))
 
