@@ -198,3 +198,45 @@ def test_a_proportion_from_few_videos_counts_each_video_once(n_videos):
     z = stats.t.ppf(0.975, n_videos - 1)
     # the worst case, all questions of a video alike: Wilson on the number of videos, not on n = 4 · videos
     assert c.conservative and (c.low, c.high) == pytest.approx(wilson_interval(0.5, n_videos, z), abs=1e-12)
+
+
+# item 2: accepts made by the gate's final look (exact McNemar at the ladder end) read `accept_confirmed` with no
+# reason, and their markers sat under the "confirm at 54" line
+def _final_look_trajectory():
+    "Two types: one confirmed by E+ over its level (54), one confirmed at the ladder end with E+ 15 under it."
+    import polars as pl
+    rows = [dict(task_type='Counting Problem', n_used=k, w=k, l=0, e_value=2.0**k,
+                 decision='accept_confirmed' if k == 6 else 'continue') for k in range(1, 7)]
+    rows += [dict(task_type='OCR Problems', n_used=k, w=min(k, 6), l=0, e_value=15.0 * k/8,
+                  decision='accept_confirmed' if k == 8 else 'continue') for k in range(1, 9)]
+    return pl.DataFrame(rows)
+
+
+def test_an_accept_by_the_final_look_says_so_in_the_figure():
+    from treetrm.report import plot_e_values
+    levels = {'Counting Problem': 54.0, 'OCR Problems': 54.0}
+    ax = plot_e_values(_final_look_trajectory(), thresholds=levels, alpha_final=0.09).axes[0]
+    texts = [t.get_text() for lg in ax.figure.legends + [c for c in ax.get_children()
+                                                           if type(c).__name__ == 'Legend'] for t in lg.get_texts()]
+    final = [t for t in texts if 'final look' in t]
+    assert len(final) == 1 and 'p ≤ 0.09' in final[0], texts  # one legend entry, with alpha_final
+    assert 'accept_confirmed' in texts, texts  # the E+ confirm keeps its own entry
+    notes = [t.get_text() for t in ax.texts]
+    # W 6, L 0: exact one-sided McNemar p = P(Bin(6, 1/2) >= 6) = 1/64 = 0.0156; the note prints it by the marker
+    assert any('p = 0.0156' in t for t in notes), notes
+
+
+def test_an_accept_by_the_final_look_gets_its_reason_in_the_step_table():
+    import polars as pl
+    from treetrm.report import with_gate_reasons
+    steps = pl.DataFrame(dict(task_type=['Counting Problem', 'OCR Problems', 'Temporal Reasoning'],
+                              decision=['accept_confirmed'] * 2 + ['reject_inertia'], reason=[None, None, None],
+                              w=[6, 6, 0], l=[0, 0, 0], n_used=[6, 8, 8], e_value=[64.0, 15.0, 1.0]))
+    out = with_gate_reasons(steps, {'Counting Problem': 54.0, 'OCR Problems': 54.0, 'Temporal Reasoning': 54.0},
+                            alpha_final=0.09)
+    reasons = dict(zip(out['task_type'], out['reason']))
+    # W 6, L 0: p = 1/64 = 0.0156 (as above), under alpha_final, while E+ 15 stayed under its level 54
+    assert reasons['OCR Problems'] == ('ladder end: the final look confirmed it, exact McNemar p = 0.0156 <= '
+                                       'alpha_final = 0.09 (E+ = 15 < 54)'), reasons
+    assert reasons['Counting Problem'] == 'E+ = 64 >= 54', reasons
+    assert reasons['Temporal Reasoning'] is None, reasons  # only accepts are explained here

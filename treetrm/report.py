@@ -21,12 +21,13 @@ from .gate.decision import shrunk_delta
 from .log import HarnessLog
 
 # %% auto #0
-__all__ = ['GATE_COLUMNS', 'OK_STATUSES', 'ROLE_ORDER', 'ACCURACY_LIMITS', 'EPOCH_COLUMNS', 'INLINE_DPI', 'REPORT_TABLE',
-           'shadow_cell', 'shadow_columns', 'delta_shrunk_note', 'gate_table', 'e_value_trajectories', 'plot_e_values',
-           'cost_table', 'pool_frame', 'run_correct', 'interval_label', 'accuracy_by_type', 'paired_comparison',
-           'before_after', 'row_labels', 'plot_before_after', 'decision_timeline', 'plot_decision_timeline',
-           'epoch_frame', 'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report', 'decision_counts',
-           'shadow_agreement', 'final_report', 'shown_in_full', 'show_report', 'save_report']
+__all__ = ['GATE_COLUMNS', 'FINAL_LOOK', 'OK_STATUSES', 'ROLE_ORDER', 'ACCURACY_LIMITS', 'EPOCH_COLUMNS', 'INLINE_DPI',
+           'REPORT_TABLE', 'shadow_cell', 'shadow_columns', 'delta_shrunk_note', 'gate_table', 'e_value_trajectories',
+           'by_final_look', 'final_look_label', 'gate_reason', 'with_gate_reasons', 'plot_e_values', 'cost_table',
+           'pool_frame', 'run_correct', 'interval_label', 'accuracy_by_type', 'paired_comparison', 'before_after',
+           'row_labels', 'plot_before_after', 'decision_timeline', 'plot_decision_timeline', 'epoch_frame',
+           'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report', 'decision_counts', 'shadow_agreement',
+           'final_report', 'shown_in_full', 'show_report', 'save_report']
 
 # %% ../nbs/04_report.ipynb #850e40ed
 GATE_COLUMNS = ('gate_id', 'task_type', 'decision', 'w', 'l', 'n_used', 'e_value', 'e_value_harm', 'delta_hat',
@@ -108,11 +109,50 @@ def e_value_trajectories(log:HarnessLog, run_id:str, gate_id:str) -> pl.DataFram
                      'n_used', 'e_value', 'e_value_harm', 'decision')
 
 # %% ../nbs/04_report.ipynb #77aa013a
+FINAL_LOOK = 'accept_confirmed\nby the final look' # an accept whose E⁺ stayed under its level: McNemar confirmed it
+
+def by_final_look(decision:str, e_value:float|None, level:float) -> bool:
+    "An `accept_confirmed` whose E⁺ stayed under its confirming level: the ladder end's exact McNemar look made it."
+    return decision == 'accept_confirmed' and e_value is not None and e_value < level
+
+def final_look_label(alpha_final:float|None) -> str:
+    "The legend entry of accepts the final look made, with its alpha when known."
+    return f'{FINAL_LOOK}\n(McNemar p ≤ {alpha_final:g})' if alpha_final else f'{FINAL_LOOK}\n(exact McNemar)'
+
+def gate_reason(decision:str, w:int, l:int, e_value:float|None, level:float, alpha_final:float|None) -> str|None:
+    "Why a gate accepted: E⁺ at its level, or the final look's exact McNemar p against alpha_final; None otherwise."
+    if decision != 'accept_confirmed' or e_value is None: return None
+    if not by_final_look(decision, e_value, level): return f'E+ = {e_value:.3g} >= {level:.3g}'
+    bound = f' <= alpha_final = {alpha_final:g}' if alpha_final else ''
+    return (f'ladder end: the final look confirmed it, exact McNemar p = {mcnemar_exact_one_sided(w, l):.3g}{bound} '
+            f'(E+ = {e_value:.3g} < {level:.3g})')
+
+def with_gate_reasons(decisions:pl.DataFrame, # task_type, decision, reason, w, l, e_value (a step's decisions)
+                      thresholds:dict, # task type -> its confirming level
+                      alpha_final:float|None=None, # the gate's final-look alpha, for the reason
+                      alpha:float=TRAIN_ALPHA # the level where `thresholds` has none: 1/alpha
+                     ) -> pl.DataFrame:
+    "`decisions` with a confirmed accept's reason filled in: which look confirmed it and the number behind it."
+    why = [r or gate_reason(d, w, l, e, thresholds.get(t, 1/alpha), alpha_final)
+           for t, d, r, w, l, e in decisions.select('task_type', 'decision', 'reason', 'w', 'l', 'e_value').rows()]
+    return decisions.with_columns(reason=pl.Series(why, dtype=pl.String))
+
+def _final_marker(ax, last:dict, level:float) -> str:
+    "Draw a type's final decision marker (a diamond and its p-value for the final look); its legend label."
+    final_look = by_final_look(last['decision'], last['e_value'], level)
+    ax.scatter([last['n_used']], [last['e_value']], s=36, marker='D' if final_look else 'o', edgecolor='k', lw=0.5,
+               color=decision_color(last['decision']), zorder=3)
+    if not final_look: return last['decision']
+    ax.annotate(f"p = {mcnemar_exact_one_sided(last['w'], last['l']):.3g}", (last['n_used'], last['e_value']),
+                xytext=(0, -8), textcoords='offset points', ha='center', va='top', fontsize='x-small')
+    return FINAL_LOOK
+
 def plot_e_values(
     traj: pl.DataFrame,  # from `e_value_trajectories`
     alpha: float = TRAIN_ALPHA,  # the gate's alpha: confirmation needs E⁺ >= 1/alpha
     title: str | None = None,
-    thresholds: dict | None = None  # task type -> the confirming level its gate used (cap-calibrated); None: 1/alpha
+    thresholds: dict | None = None,  # task type -> the confirming level its gate used (cap-calibrated); None: 1/alpha
+    alpha_final: float | None = None  # the gate's final-look alpha, for the final look's legend entry
 ) -> Figure:
     "E⁺ against units used, per task type, on a log scale with the confirming level(s) and the final decisions."
     colors, finals = type_colors(traj['task_type']), []
@@ -120,10 +160,7 @@ def plot_e_values(
         fig, ax = new_figure()
         for (tt, ), g in traj.filter(pl.col('e_value').is_not_null()).group_by('task_type', maintain_order=True):
             ax.plot(g['n_used'], g['e_value'], color=colors[tt], label=tt, marker='.', ms=3)
-            last = g.row(-1, named=True)
-            finals.append(last['decision'])
-            ax.scatter([last['n_used']], [last['e_value']], s=36, color=decision_color(last['decision']), edgecolor='k',
-                       lw=0.5, zorder=3)
+            finals.append(_final_marker(ax, g.row(-1, named=True), (thresholds or {}).get(tt, 1/alpha)))
         lines = confirming_lines({tt: c for tt, c in (thresholds or {}).items() if tt in colors}, colors, alpha)
         for level, color, label in lines: ax.axhline(level, color=color, ls='--', lw=0.8, label=label)
         top = max(level for level, _, _ in lines)
@@ -131,8 +168,11 @@ def plot_e_values(
         ax.set_ylim(top=max(ax.get_ylim()[1], 2 * top))  # the confirming line never sits on the frame
         ax.set(xlabel='units used (ladder order)', ylabel='E⁺ (log scale)', title=title or 'Gate evidence')
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        decided = ax.legend(handles=decision_handles(finals), loc='lower left', bbox_to_anchor=(1.01, 0),
-                            title='decision')
+        handles = decision_handles(finals)
+        for h in handles:
+            if h.get_label() == FINAL_LOOK:
+                h.set(marker='D', color=decision_color('accept_confirmed'), label=final_look_label(alpha_final))
+        decided = ax.legend(handles=handles, loc='lower left', bbox_to_anchor=(1.01, 0), title='decision')
         ax.add_artist(decided)
         return fit_side_legends(fig, ax, [decided, ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1))])
 
@@ -348,14 +388,16 @@ def step_report(log:HarnessLog, # the harness log
                 tau:float=0.05, # GateParams.tau, for δ shrunk
                 cost_runs:str|list|None=None, # runs whose calls count as cost so far; None = all
                 thresholds:dict|None=None, # task type -> the confirming level its gate used; None: 1/alpha
-                title:str|None=None # the e-value figure's title; None: 'Gate <gate_id>: evidence per task type'
+                title:str|None=None, # the e-value figure's title; None: 'Gate <gate_id>: evidence per task type'
+                alpha_final:float|None=None # the gate's final-look alpha (GateParams.alpha_final)
                ) -> dict:
     "Gate table, how to read it, e-value trajectory figure and cost so far for one training step."
     traj = e_value_trajectories(log, run_id, gate_id)
     return {
         'gate_table': gate_table(log, run_id, gate_id, tau),
         'notes': delta_shrunk_note(tau),
-        'e_values': plot_e_values(traj, alpha, title or f'Gate {gate_id}: evidence per task type', thresholds),
+        'e_values': plot_e_values(traj, alpha, title or f'Gate {gate_id}: evidence per task type', thresholds,
+                                  alpha_final),
         'cost': cost_table(log, cost_runs)
     }
 

@@ -59,12 +59,13 @@ STEP_DECISION_COLUMNS = ('task_type', 'decision', 'reason', 'w', 'l', 'n_used', 
 def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
     "The step report of `gate_id`."
     mine = decisions_frame([d for d in state.decisions if d['gate_id'] == gate_id]).select(*STEP_DECISION_COLUMNS)
+    gate = run.config.gate
+    mine = report.with_gate_reasons(mine, run.thresholds(), gate.alpha_final, gate.alpha)
     has_gate = self.log.query('SELECT count(*) FROM gate_evidence WHERE run_id = ? AND gate_id = ?',
                               (run.rid, gate_id)).item()
     title = f'Epoch {state.epoch}, step {state.step}: gate evidence per task type'
-    rep = report.step_report(self.log, run.rid, gate_id, run.config.gate.alpha, run.config.gate.tau,
-                             cost_runs=self.run_ids(run.rid),
-                             thresholds=run.thresholds(), title=title) if has_gate else {}
+    rep = report.step_report(self.log, run.rid, gate_id, gate.alpha, gate.tau, cost_runs=self.run_ids(run.rid),
+                             thresholds=run.thresholds(), title=title, alpha_final=gate.alpha_final) if has_gate else {}
     self._show(run, {'decisions': mine, **rep}, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
 
 def accuracy_curves(epochs) -> list[dict]:
