@@ -4,6 +4,7 @@ import os, stat, subprocess, sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from treetrm.core import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -240,3 +241,23 @@ def test_an_accept_by_the_final_look_gets_its_reason_in_the_step_table():
                                        'alpha_final = 0.09 (E+ = 15 < 54)'), reasons
     assert reasons['Counting Problem'] == 'E+ = 64 >= 54', reasons
     assert reasons['Temporal Reasoning'] is None, reasons  # only accepts are explained here
+
+
+# item 3: a task type's colour changed between e-value figures (Counting Problem green, then blue, then pink), and
+# its green was the accept marker's
+def test_a_task_type_keeps_one_colour_across_figures_and_never_a_decision_colour():
+    from treetrm.figures import DECISION_COLORS, VIDEO_MME_TYPES, type_colors
+    from treetrm.sim.world import VIDEO_MME_TYPE_COUNTS
+    assert set(VIDEO_MME_TYPES) == set(VIDEO_MME_TYPE_COUNTS) and len(VIDEO_MME_TYPES) == 12
+    alone = type_colors(['Counting Problem'])['Counting Problem']
+    for others in (['OCR Problems'], ['Action Reasoning', 'Temporal Reasoning'], list(VIDEO_MME_TYPES), ['zzz']):
+        assert type_colors(others + ['Counting Problem'])['Counting Problem'] == alone, others
+    everyone = type_colors(VIDEO_MME_TYPES)
+    assert len(set(everyone.values())) == 12  # Video-MME's types never share a colour
+    mine = type_colors(['my own type'])['my own type']
+    assert type_colors(['a', 'my own type', 'b'])['my own type'] == mine  # a type of one's own data: stable too
+
+    def rgb(c): return np.array([int(c[i:i + 2], 16) for i in (1, 3, 5)], float)
+    decisions = [rgb(c) for c in set(DECISION_COLORS.values())]
+    for t, c in everyone.items():  # not the same colour, nor one a reader takes for it (RGB distance over 60)
+        assert min(np.linalg.norm(rgb(c) - d) for d in decisions) > 60, (t, c)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03a_figures.ipynb #f0000003
 from __future__ import annotations
-import io, re
+import hashlib, io, re
 from contextlib import contextmanager
 from pathlib import Path
 import matplotlib
@@ -13,9 +13,10 @@ from matplotlib.lines import Line2D
 from .core import ConfigError, atomic_write_bytes, where
 
 # %% auto #0
-__all__ = ['PAPER_RC', 'DECISION_COLORS', 'TYPE_PALETTE', 'FIGURE_FORMATS', 'FIGURE_DPI', 'SVG_HASH_SALT', 'FIXED_METADATA',
-           'MAGIC', 'paper_style', 'decision_color', 'type_colors', 'new_figure', 'finish_figure', 'freeze_layout',
-           'figure_bytes', 'checked_stem', 'save_figure', 'decision_handles', 'confirming_lines', 'fit_side_legends']
+__all__ = ['PAPER_RC', 'DECISION_COLORS', 'TYPE_PALETTE', 'VIDEO_MME_TYPES', 'FIGURE_FORMATS', 'FIGURE_DPI', 'SVG_HASH_SALT',
+           'FIXED_METADATA', 'MAGIC', 'paper_style', 'decision_color', 'type_color', 'type_colors', 'new_figure',
+           'finish_figure', 'freeze_layout', 'figure_bytes', 'checked_stem', 'save_figure', 'decision_handles',
+           'confirming_lines', 'fit_side_legends']
 
 # %% ../nbs/03a_figures.ipynb #4b20ee75
 PAPER_RC = {'font.size': 9, 'axes.titlesize': 10, 'axes.labelsize': 9, 'xtick.labelsize': 8, 'ytick.labelsize': 8,
@@ -31,16 +32,24 @@ def paper_style(**overrides): # rcParams to change on top of `PAPER_RC`, e.g. `*
 DECISION_COLORS = {'accept_confirmed': '#1b7837', 'accept_provisional': '#7fbf7b', 'continue': '#9e9e9e',
                    'reject_directional': '#b2182b', 'reject_futility': '#ef8a62', 'reject_inertia': '#8c6d31',
                    'excluded_infra': '#000000', 'accept': '#1b7837', 'reject': '#b2182b', 'unavailable': '#d9d9d9'}
-TYPE_PALETTE = ('#4477aa', '#ee6677', '#228833', '#ccbb44', '#66ccee', '#aa3377', '#bbbbbb', '#332288',
-                '#117733', '#882255', '#44aa99', '#999933') # Paul Tol's qualitative colours; 12 task types
+TYPE_PALETTE = ('#4477aa', '#66ccee', '#ccbb44', '#aa3377', '#332288', '#44aa99', '#ee3377', '#ddcc77',
+                '#77aadd', '#882255', '#aa4499', '#88ccee') # Paul Tol's colours without his greens and greys
+VIDEO_MME_TYPES = ('Temporal Perception', 'Spatial Perception', 'Attribute Perception', 'Action Recognition',
+                   'Object Recognition', 'OCR Problems', 'Counting Problem', 'Temporal Reasoning', 'Spatial Reasoning',
+                   'Action Reasoning', 'Object Reasoning', 'Information Synopsis') # Video-MME's 12, in its order
 
 def decision_color(decision:str|None) -> str:
     "The colour of `decision` (dark grey for anything unknown)."
     return DECISION_COLORS.get(decision, '#636363')
 
+def type_color(task_type:str) -> str:
+    "A task type's one colour: its place among `VIDEO_MME_TYPES`, else a hash of its name, in `TYPE_PALETTE`."
+    if task_type in VIDEO_MME_TYPES: return TYPE_PALETTE[VIDEO_MME_TYPES.index(task_type)]
+    return TYPE_PALETTE[int(hashlib.sha256(task_type.encode()).hexdigest(), 16) % len(TYPE_PALETTE)]
+
 def type_colors(task_types) -> dict[str, str]:
-    "A colour per task type, assigned in sorted order from `TYPE_PALETTE` (cycling past 12)."
-    return {t: TYPE_PALETTE[i % len(TYPE_PALETTE)] for i, t in enumerate(sorted(set(task_types)))}
+    "A colour per task type (`type_color`): the same in every figure and run, whatever other types it is drawn with."
+    return {t: type_color(t) for t in sorted(set(task_types))}
 
 # %% ../nbs/03a_figures.ipynb #933445c3
 def new_figure(width:float=5.5, # inches

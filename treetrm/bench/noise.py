@@ -260,7 +260,7 @@ EDIT_HATCH = {'null': '', 'real': '//'}
 def plot_noise(table:pl.DataFrame) -> Figure:
     "Per agent and temperature: run-to-run flips and the two texts' discordance, shared and independent seeds."
     groups = table.select('agent', 'temperature').unique(maintain_order=True).rows()
-    colors = figures.type_colors([label for _, label in PLOTTED])
+    colors = dict(zip(sorted(label for _, label in PLOTTED), ('#4477aa', '#ee6677', '#228833')))  # not task types
     with figures.paper_style():
         fig = Figure(figsize=(3.0 * len(groups), 2.8))
         axes = fig.subplots(1, len(groups), squeeze=False).ravel()
