@@ -261,3 +261,16 @@ def test_a_task_type_keeps_one_colour_across_figures_and_never_a_decision_colour
     decisions = [rgb(c) for c in set(DECISION_COLORS.values())]
     for t, c in everyone.items():  # not the same colour, nor one a reader takes for it (RGB distance over 60)
         assert min(np.linalg.norm(rgb(c) - d) for d in decisions) > 60, (t, c)
+
+
+# item 5: `EValueAcceptance()` with its defaults never accepted anything, silently (237 proposals, 0 accepts,
+# `reject_inertia: W=0 L=0 after 0 units`): without adapter and pool only the minibatch is seen, and it is not counted
+def test_an_acceptance_without_evidence_is_refused_at_construction():
+    from treetrm.core import ConfigError
+    from treetrm.integrations.gepa import EValueAcceptance
+    with pytest.raises(ConfigError) as e:
+        EValueAcceptance()
+    said = str(e.value)
+    assert 'never accept' in said and 'adapter=' in said and 'pool=' in said and 'use_minibatch=True' in said, said
+    assert EValueAcceptance(use_minibatch=True).params.alpha == 0.05  # asked for explicitly: the minibatch decides
+    assert EValueAcceptance(adapter=object(), pool=list(range(600))).cap == 50  # the working form is unchanged

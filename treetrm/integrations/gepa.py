@@ -117,6 +117,13 @@ class EValueAcceptance:
         if (adapter is None) != (pool is None):
             raise ConfigError(where('adapter and pool go together: the adapter scores the pool\'s examples',
                                     'Pass both (sequential evidence) or neither (the minibatch alone)'))
+        if pool is None and not use_minibatch:
+            raise ConfigError(where(
+                'EValueAcceptance without adapter and pool would never accept: the minibatch is the only evidence it '
+                'sees, and use_minibatch=False does not count it (every proposal ends reject_inertia: W=0 L=0)',
+                'Pass the adapter and examples to draw fresh pairs from: EValueAcceptance(0.05, adapter=adapter, '
+                'pool=trainset, max_metric_calls=200); or use_minibatch=True to let the minibatch decide (biased, '
+                'and a minibatch of 3 cannot reach 1/alpha)', field='adapter/pool'))
         for name in ('round_size', 'min_n'): check_count(locals()[name], name, minimum=0)
         if max_metric_calls is not None: check_count(max_metric_calls, 'max_metric_calls', minimum=0)
         self.adapter, self.pool, self.max_metric_calls, self.round_size = adapter, pool, max_metric_calls, round_size
