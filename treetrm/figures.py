@@ -13,10 +13,10 @@ from matplotlib.lines import Line2D
 from .core import ConfigError, atomic_write_bytes, where
 
 # %% auto #0
-__all__ = ['PAPER_RC', 'DECISION_COLORS', 'TYPE_PALETTE', 'VIDEO_MME_TYPES', 'FIGURE_FORMATS', 'FIGURE_DPI', 'SVG_HASH_SALT',
-           'FIXED_METADATA', 'MAGIC', 'paper_style', 'decision_color', 'type_color', 'type_colors', 'new_figure',
-           'finish_figure', 'freeze_layout', 'figure_bytes', 'checked_stem', 'save_figure', 'decision_handles',
-           'confirming_lines', 'fit_side_legends']
+__all__ = ['PAPER_RC', 'DECISION_COLORS', 'TYPE_PALETTE', 'VIDEO_MME_TYPES', 'FINAL_LOOK', 'FIGURE_FORMATS', 'FIGURE_DPI',
+           'SVG_HASH_SALT', 'FIXED_METADATA', 'MAGIC', 'paper_style', 'decision_color', 'type_color', 'type_colors',
+           'by_final_look', 'final_look_label', 'draw_final_marker', 'new_figure', 'finish_figure', 'freeze_layout',
+           'figure_bytes', 'checked_stem', 'save_figure', 'decision_handles', 'confirming_lines', 'fit_side_legends']
 
 # %% ../nbs/03a_figures.ipynb #4b20ee75
 PAPER_RC = {'font.size': 9, 'axes.titlesize': 10, 'axes.labelsize': 9, 'xtick.labelsize': 8, 'ytick.labelsize': 8,
@@ -50,6 +50,32 @@ def type_color(task_type:str) -> str:
 def type_colors(task_types) -> dict[str, str]:
     "A colour per task type (`type_color`): the same in every figure and run, whatever other types it is drawn with."
     return {t: type_color(t) for t in sorted(set(task_types))}
+
+# %% ../nbs/03a_figures.ipynb #21e444aa
+FINAL_LOOK = 'accept_confirmed\nby the final look' # an accept whose E⁺ stayed under its level: McNemar confirmed it
+
+def by_final_look(decision:str, e_value:float|None, level:float) -> bool:
+    "An `accept_confirmed` whose E⁺ stayed under its confirming level: the ladder end's exact McNemar look made it."
+    return decision == 'accept_confirmed' and e_value is not None and e_value < level
+
+def final_look_label(alpha_final:float|None) -> str:
+    "The legend entry of accepts the final look made, with its alpha when known."
+    return f'{FINAL_LOOK}\n(McNemar p ≤ {alpha_final:g})' if alpha_final else f'{FINAL_LOOK}\n(exact McNemar)'
+
+def draw_final_marker(ax, last:dict, # the type's last row: n_used, e_value, decision
+                      level:float, # its confirming level
+                      p_value:float|None # the final look's exact McNemar p on its last W, L (None: not shown)
+                     ) -> str:
+    "Draw a type's final decision marker (a diamond and its p-value for the final look); its legend label."
+    final_look = by_final_look(last['decision'], last['e_value'], level)
+    ax.scatter([last['n_used']], [last['e_value']], s=36, marker='D' if final_look else 'o', edgecolor='k', lw=0.5,
+               color=decision_color(last['decision']), zorder=3)
+    if not final_look: return last['decision']
+    if p_value is None: return FINAL_LOOK
+    ax.annotate(f'p = {p_value:.3g}', (last['n_used'], last['e_value']),
+                xytext=(0, -8), textcoords='offset points', ha='center', va='top', fontsize='x-small')
+    return FINAL_LOOK
+
 
 # %% ../nbs/03a_figures.ipynb #933445c3
 def new_figure(width:float=5.5, # inches

@@ -11,7 +11,7 @@ from scipy import stats
 
 # %% auto #0
 __all__ = ['MIN_CLUSTERS', 'ClusteredMean', 'worst_case_half_width', 'clustered_mean', 'wilson_interval', 'design_effect',
-           'clustered_proportion']
+           'clustered_proportion', 'interval_label']
 
 # %% ../nbs/03b_intervals.ipynb #5cc8885b
 @dataclass(frozen=True)
@@ -79,3 +79,8 @@ def clustered_proportion(values, # 0/1 outcomes, e.g. correctness
     z = float(stats.t.ppf(0.5 + level/2, max(c.n_clusters - 1, 1)))
     low, high = wilson_interval(c.mean, c.n / design_effect(c), z)
     return replace(c, low=low, high=high)
+
+def interval_label(c:ClusteredMean) -> str:
+    "How `c`'s interval was drawn: clustered by video, or the worst case from too few videos."
+    if not c.conservative: return 'clustered by video'
+    return f'too few videos ({c.n_clusters} < {MIN_CLUSTERS}): worst case, each video counted once'

@@ -14,20 +14,19 @@ from .core import ConfigError, atomic_write_text, where
 from .data import questions_frame
 from .figures import (FIGURE_FORMATS, checked_stem, confirming_lines, decision_color, decision_handles,
                              figure_bytes, finish_figure, fit_side_legends, new_figure, paper_style, save_figure,
-                             type_colors)
-from .intervals import MIN_CLUSTERS, ClusteredMean, clustered_mean, clustered_proportion
+                             type_colors, FINAL_LOOK, by_final_look, draw_final_marker, final_look_label)
+from .intervals import clustered_mean, clustered_proportion, interval_label
 from .gate.evalues import TRAIN_ALPHA, e_value_minus, e_value_plus, flip_counts, mcnemar_exact_one_sided
-from .gate.decision import shrunk_delta
+from .gate.decision import gate_reason, shrunk_delta
 from .log import HarnessLog
 
 # %% auto #0
-__all__ = ['GATE_COLUMNS', 'FINAL_LOOK', 'OK_STATUSES', 'ROLE_ORDER', 'ACCURACY_LIMITS', 'EPOCH_COLUMNS', 'INLINE_DPI',
-           'REPORT_TABLE', 'shadow_cell', 'shadow_columns', 'delta_shrunk_note', 'gate_table', 'e_value_trajectories',
-           'by_final_look', 'final_look_label', 'gate_reason', 'with_gate_reasons', 'plot_e_values', 'cost_table',
-           'pool_frame', 'run_correct', 'interval_label', 'accuracy_by_type', 'paired_comparison', 'before_after',
-           'row_labels', 'plot_before_after', 'decision_timeline', 'plot_decision_timeline', 'epoch_frame',
-           'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report', 'decision_counts', 'shadow_agreement',
-           'final_report', 'shown_in_full', 'show_report', 'save_report']
+__all__ = ['GATE_COLUMNS', 'OK_STATUSES', 'ROLE_ORDER', 'ACCURACY_LIMITS', 'EPOCH_COLUMNS', 'INLINE_DPI', 'REPORT_TABLE',
+           'shadow_cell', 'shadow_columns', 'delta_shrunk_note', 'gate_table', 'e_value_trajectories',
+           'with_gate_reasons', 'plot_e_values', 'cost_table', 'pool_frame', 'run_correct', 'accuracy_by_type',
+           'paired_comparison', 'before_after', 'row_labels', 'plot_before_after', 'decision_timeline',
+           'plot_decision_timeline', 'epoch_frame', 'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report',
+           'decision_counts', 'shadow_agreement', 'final_report', 'shown_in_full', 'show_report', 'save_report']
 
 # %% ../nbs/04_report.ipynb #850e40ed
 GATE_COLUMNS = ('gate_id', 'task_type', 'decision', 'w', 'l', 'n_used', 'e_value', 'e_value_harm', 'delta_hat',
@@ -109,24 +108,6 @@ def e_value_trajectories(log:HarnessLog, run_id:str, gate_id:str) -> pl.DataFram
                      'n_used', 'e_value', 'e_value_harm', 'decision')
 
 # %% ../nbs/04_report.ipynb #77aa013a
-FINAL_LOOK = 'accept_confirmed\nby the final look' # an accept whose E⁺ stayed under its level: McNemar confirmed it
-
-def by_final_look(decision:str, e_value:float|None, level:float) -> bool:
-    "An `accept_confirmed` whose E⁺ stayed under its confirming level: the ladder end's exact McNemar look made it."
-    return decision == 'accept_confirmed' and e_value is not None and e_value < level
-
-def final_look_label(alpha_final:float|None) -> str:
-    "The legend entry of accepts the final look made, with its alpha when known."
-    return f'{FINAL_LOOK}\n(McNemar p ≤ {alpha_final:g})' if alpha_final else f'{FINAL_LOOK}\n(exact McNemar)'
-
-def gate_reason(decision:str, w:int, l:int, e_value:float|None, level:float, alpha_final:float|None) -> str|None:
-    "Why a gate accepted: E⁺ at its level, or the final look's exact McNemar p against alpha_final; None otherwise."
-    if decision != 'accept_confirmed' or e_value is None: return None
-    if not by_final_look(decision, e_value, level): return f'E+ = {e_value:.3g} >= {level:.3g}'
-    bound = f' <= alpha_final = {alpha_final:g}' if alpha_final else ''
-    return (f'ladder end: the final look confirmed it, exact McNemar p = {mcnemar_exact_one_sided(w, l):.3g}{bound} '
-            f'(E+ = {e_value:.3g} < {level:.3g})')
-
 def with_gate_reasons(decisions:pl.DataFrame, # task_type, decision, reason, w, l, e_value (a step's decisions)
                       thresholds:dict, # task type -> its confirming level
                       alpha_final:float|None=None, # the gate's final-look alpha, for the reason
@@ -136,16 +117,6 @@ def with_gate_reasons(decisions:pl.DataFrame, # task_type, decision, reason, w, 
     why = [r or gate_reason(d, w, l, e, thresholds.get(t, 1/alpha), alpha_final)
            for t, d, r, w, l, e in decisions.select('task_type', 'decision', 'reason', 'w', 'l', 'e_value').rows()]
     return decisions.with_columns(reason=pl.Series(why, dtype=pl.String))
-
-def _final_marker(ax, last:dict, level:float) -> str:
-    "Draw a type's final decision marker (a diamond and its p-value for the final look); its legend label."
-    final_look = by_final_look(last['decision'], last['e_value'], level)
-    ax.scatter([last['n_used']], [last['e_value']], s=36, marker='D' if final_look else 'o', edgecolor='k', lw=0.5,
-               color=decision_color(last['decision']), zorder=3)
-    if not final_look: return last['decision']
-    ax.annotate(f"p = {mcnemar_exact_one_sided(last['w'], last['l']):.3g}", (last['n_used'], last['e_value']),
-                xytext=(0, -8), textcoords='offset points', ha='center', va='top', fontsize='x-small')
-    return FINAL_LOOK
 
 def plot_e_values(
     traj: pl.DataFrame,  # from `e_value_trajectories`
@@ -160,7 +131,9 @@ def plot_e_values(
         fig, ax = new_figure()
         for (tt, ), g in traj.filter(pl.col('e_value').is_not_null()).group_by('task_type', maintain_order=True):
             ax.plot(g['n_used'], g['e_value'], color=colors[tt], label=tt, marker='.', ms=3)
-            finals.append(_final_marker(ax, g.row(-1, named=True), (thresholds or {}).get(tt, 1/alpha)))
+            last = g.row(-1, named=True)
+            p_value = mcnemar_exact_one_sided(last['w'], last['l']) if {'w', 'l'} <= last.keys() else None
+            finals.append(draw_final_marker(ax, last, (thresholds or {}).get(tt, 1/alpha), p_value))
         lines = confirming_lines({tt: c for tt, c in (thresholds or {}).items() if tt in colors}, colors, alpha)
         for level, color, label in lines: ax.axhline(level, color=color, ls='--', lw=0.8, label=label)
         top = max(level for level, _, _ in lines)
@@ -238,11 +211,6 @@ def run_correct(log:HarnessLog, run_id:str) -> pl.DataFrame:
     return p.select('question_id', pl.col('correct').fill_null(False))
 
 # %% ../nbs/04_report.ipynb #a5894696
-def interval_label(c:ClusteredMean) -> str:
-    "How `c`'s interval was drawn: clustered by video, or the worst case from too few videos."
-    if not c.conservative: return 'clustered by video'
-    return f'too few videos ({c.n_clusters} < {MIN_CLUSTERS}): worst case, each video counted once'
-
 def _accuracy_row(task_type:str, g:pl.DataFrame, level:float) -> dict:
     s = g.filter(pl.col('correct').is_not_null())
     c = clustered_proportion(s['correct'].cast(pl.Float64).to_numpy(), s['video_id'].to_list(), level)

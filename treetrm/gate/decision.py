@@ -15,7 +15,8 @@ from .evalues import (GateInputError, GateParams, log_e_plus_unchecked, saturati
 
 # %% auto #0
 __all__ = ['GATE_EXITS', 'RULE_DECISIONS', 'EXIT_INDEX', 'DECISIONS', 'DECISION_RANK', 'PROBATION_ACTIONS', 'GateState',
-           'GateExit', 'exit_index', 'GateVerdict', 'shrunk_delta', 'gate_state', 'gate_decision', 'probation_decision']
+           'GateExit', 'exit_index', 'GateVerdict', 'shrunk_delta', 'gate_state', 'gate_decision', 'gate_reason',
+           'probation_decision']
 
 # %% ../../nbs/gate/00a_decision.ipynb #55c1543e
 @dataclass(frozen=True)
@@ -189,6 +190,16 @@ def gate_decision(w:int, # W: units the baseline got wrong and the candidate rig
     reason = f'W={w} L={l} after {n_used} units ({n_remaining} left): ' + row.why(s, params)
     return GateVerdict(row.decision, _plain(s.log_ep), _plain(s.log_em), (w - l)/n_used if n_used else 0.0,
                        shrunk_delta(w, l, n_used, params.tau), reason, float(s.log_ep), float(s.log_em))
+
+# %% ../../nbs/gate/00a_decision.ipynb #26b43f74
+def gate_reason(decision:str, w:int, l:int, e_value:float|None, level:float, alpha_final:float|None) -> str|None:
+    "Why a gate accepted: E⁺ at its level, or the final look's exact McNemar p against alpha_final; None otherwise."
+    if decision != 'accept_confirmed' or e_value is None: return None
+    if e_value >= level: return f'E+ = {e_value:.3g} >= {level:.3g}'  # else the final look confirmed it
+    bound = f' <= alpha_final = {alpha_final:g}' if alpha_final else ''
+    return (f'ladder end: the final look confirmed it, exact McNemar p = {mcnemar_exact_one_sided(w, l):.3g}{bound} '
+            f'(E+ = {e_value:.3g} < {level:.3g})')
+
 
 # %% ../../nbs/gate/00a_decision.ipynb #798fb329
 PROBATION_ACTIONS = ('confirm', 'revert', 'keep')

@@ -17,8 +17,8 @@ from ..gate.power import POWER, WARN_POINTS, edit_confirm_chance, min_confirmabl
 
 # %% auto #0
 __all__ = ['SCORE_KINDS', 'POWER_DISCORDANCES', 'POWER_CHECK_PAIRS', 'objective_scores', 'is_binary', 'wins_losses',
-           'paired_decision', 'pool_power', 'pool_warning', 'EValueAcceptance', 'ConfirmedPick', 'as_candidate',
-           'confirm_candidate', 'confirm_best', 'gated_engine']
+           'paired_decision', 'pool_power', 'pool_warning', 'check_evidence_source', 'EValueAcceptance',
+           'ConfirmedPick', 'as_candidate', 'confirm_candidate', 'confirm_best', 'gated_engine']
 
 # %% ../../nbs/integrations/00_gepa.ipynb #637e32b0
 SCORE_KINDS = ('auto', 'binary', 'bounded')
@@ -89,6 +89,21 @@ def pool_warning(pairs:int, params:GateParams, discordance=POWER_DISCORDANCES) -
             'or greedy decoding (less discordance), confirms smaller ones; .power_statement() says how small')
 
 # %% ../../nbs/integrations/00_gepa.ipynb #72f5282b
+def check_evidence_source(scores:str, adapter, pool, use_minibatch:bool):
+    "A `ConfigError` unless `EValueAcceptance` has a score kind and evidence it can count."
+    if scores not in SCORE_KINDS:
+        raise ConfigError(where(f'unknown scores {scores!r}', f'Use one of {SCORE_KINDS}', field='scores'))
+    if (adapter is None) != (pool is None):
+        raise ConfigError(where('adapter and pool go together: the adapter scores the pool\'s examples',
+                                'Pass both (sequential evidence) or neither (the minibatch alone)'))
+    if pool is None and not use_minibatch:
+        raise ConfigError(where(
+            'EValueAcceptance without adapter and pool would never accept: the minibatch is the only evidence it '
+            'sees, and use_minibatch=False does not count it (every proposal ends reject_inertia: W=0 L=0)',
+            'Pass the adapter and examples to draw fresh pairs from: EValueAcceptance(0.05, adapter=adapter, '
+            'pool=trainset, max_metric_calls=200); or use_minibatch=True to let the minibatch decide (biased, '
+            'and a minibatch of 3 cannot reach 1/alpha)', field='adapter/pool'))
+
 class EValueAcceptance:
     "GEPA's `AcceptanceCriterion` deciding with treetrm's e-value gate on paired per-example scores."
     def __init__(self,
@@ -112,18 +127,7 @@ class EValueAcceptance:
                  seed:int=0, # the ladder's seed
                  discordance:float|tuple=POWER_DISCORDANCES # stated share(s) of examples two draws disagree on
                 ):
-        if scores not in SCORE_KINDS:
-            raise ConfigError(where(f'unknown scores {scores!r}', f'Use one of {SCORE_KINDS}', field='scores'))
-        if (adapter is None) != (pool is None):
-            raise ConfigError(where('adapter and pool go together: the adapter scores the pool\'s examples',
-                                    'Pass both (sequential evidence) or neither (the minibatch alone)'))
-        if pool is None and not use_minibatch:
-            raise ConfigError(where(
-                'EValueAcceptance without adapter and pool would never accept: the minibatch is the only evidence it '
-                'sees, and use_minibatch=False does not count it (every proposal ends reject_inertia: W=0 L=0)',
-                'Pass the adapter and examples to draw fresh pairs from: EValueAcceptance(0.05, adapter=adapter, '
-                'pool=trainset, max_metric_calls=200); or use_minibatch=True to let the minibatch decide (biased, '
-                'and a minibatch of 3 cannot reach 1/alpha)', field='adapter/pool'))
+        check_evidence_source(scores, adapter, pool, use_minibatch)
         for name in ('round_size', 'min_n'): check_count(locals()[name], name, minimum=0)
         if max_metric_calls is not None: check_count(max_metric_calls, 'max_metric_calls', minimum=0)
         self.adapter, self.pool, self.max_metric_calls, self.round_size = adapter, pool, max_metric_calls, round_size
