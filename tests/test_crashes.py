@@ -196,10 +196,19 @@ def world(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def reference(world, tmp_path_factory):
-    "The uninterrupted run (in this process) and how many row-writing commits each stage made."
-    ws, commits = tmp_path_factory.mktemp('ref')/'ws', StageCommits()
-    with watching_commits(commits.seen): asyncio.run(pipeline(ws, world, commits.mark))
-    return ws, commits.counts
+    """The uninterrupted run (in this process), how many row-writing commits each stage made, and the split's commit
+    count at each judge call's row (where its diagnosis runs: the split also asks the agent again after it)."""
+    from treetrm.log import HarnessLog
+    ws, commits, judged, record = tmp_path_factory.mktemp('ref')/'ws', StageCommits(), [], HarnessLog.record_llm_call
+    def noting(self, row, run_id=None):
+        if row.get('role') == 'judge' and row.get('status') != 'sent' and commits.stage == 'split':
+            judged.append(commits.counts.get('split', 0))
+        return record(self, row, run_id)
+    HarnessLog.record_llm_call = noting
+    try:
+        with watching_commits(commits.seen): asyncio.run(pipeline(ws, world, commits.mark))
+    finally: HarnessLog.record_llm_call = record
+    return ws, commits.counts, judged
 
 def run_until_killed(ws:Path, world:Path, kill:tuple=(), backend:str='sim', env:dict|None=None,
                      on_start=lambda proc: None) -> tuple[int, list]:
@@ -327,9 +336,12 @@ def test_no_call_answered_before_a_kill_is_billed_again_over_http(world, referen
             snapshots.append(cached_keys(ws))
             srv.attempt += 1
         plan = kill_plan(reference[1], random.Random(7), HTTP_KILLS)
-        # the split's kill lands in its diagnosis (the judge's calls come after the baseline's), so that a judge reply
-        # answered before the kill is needed again after it: every role's resume is then served by the cache
-        plan[0] = ('split', int(0.9 * reference[1]['split']), 'open')  # the row rolled back: its judge asked again
+        # the split's kill lands in its diagnosis, at its middle judge call's row (the split asks the agent again
+        # after it), so that a judge reply answered before the kill is needed again after it: every role's resume is
+        # then served by the cache
+        judged = reference[2]
+        assert judged, 'the reference split made no judge call'
+        plan[0] = ('split', judged[len(judged) // 2] + 1, 'open')  # the row rolled back: its judge asked again
         died = kill_through(ws, world, plan, after_kill, backend='openai', env=env)
         answered = list(srv.answered)
     assert died == [s for s, *_ in plan]

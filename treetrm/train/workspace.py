@@ -18,7 +18,8 @@ from ..agent.inference import run_inference, InferenceResult
 from ..proposers.diagnose import diagnose as diagnose_run
 from ..gate.validate import base_skills_sha
 from ..split.by_video import load_split_config, Split
-from ..split.stage import REDRAW_QUESTIONS, run_split, load_split, has_pools, pools_dir
+from ..split.stage import (REDRAW_QUESTIONS, run_split, load_split, has_pools, pools_dir, measure_discordance,
+                                 redraw_run_id)
 from ..llm.backends import BACKENDS, demo_world, make_providers
 from .settings import Config, TrainConfig, runner_config
 from ..llm.ledger import CallRecorder, RecordedProvider, BudgetedProvider, filed_under
@@ -147,7 +148,16 @@ async def split(self:Workspace, config:dict|None=None, # split settings (default
                ) -> Split:
     "The workspace's frozen pools, made first (baseline, diagnosis, split, discordance) when missing."
     cfg = load_split_config(config) if config is not None else self.split_config
-    if has_pools(self.workspace) and not dry_run: return load_split(pools_dir(self.workspace))
+    if has_pools(self.workspace) and not dry_run:
+        split = load_split(pools_dir(self.workspace))
+        if redraw_questions and redraw_run_id(BASELINE_RUN) in self.log.runs()['run_id'].to_list():
+            # a split killed while it measured the discordance resumes the measurement (none started: none asked for)
+            await measure_discordance(self.workspace, split, self.questions, trees_dir=self.trees_dir,
+                                      skills_dir=self.skills.path(self.resolve_version('seed')),
+                                      agent=self.providers['agent'], log=self.log, n_questions=redraw_questions,
+                                      temperature=self.config.temperature, concurrency=self.concurrency,
+                                      max_steps=self.config.max_steps, progress=self.progress)
+        return split
     with filed_under(BASELINE_RUN):
         return await run_split(self.workspace, questions_path=self.questions_path, trees_dir=self.trees_dir,
                                skills_dir=self.skills.path(self.resolve_version('seed')),
