@@ -156,7 +156,7 @@ def plot_map(m:dict, # a regime map
             ):
     "Which rule is best where: a heat map of mean gains per regime, best practical rule framed, harm dotted."
     t = map_table(m)
-    rules = list(rules or dict.fromkeys(t['rule']))
+    rules = list(rules or [r for r in m.get('rules', {}) if r in set(t['rule'])] or dict.fromkeys(t['rule']))
     regimes = list(dict.fromkeys(t['regime']))
     keys = list(dict.fromkeys(zip(t['size'], t['mixture'])))
     lim = max(1.0, float(t['gain'].abs().max()))
@@ -203,7 +203,7 @@ def map_markdown(m:dict, # a regime map
             f"{_pct(b['worst_cell_worse_by_half'])} | {'yes' if b['meets_harm'] else 'no'} | "
             f"{_pct(b['default_delivered'].get('large'))} / {_pct(b['best_delivered'].get('large'))} |")
     t = map_table(m)
-    rules = list(dict.fromkeys(t['rule']))
+    rules = [r for r in m.get('rules', {}) if r in set(t['rule'])] or list(dict.fromkeys(t['rule']))  # registered order
     head = '| regime | shape | mixture | ' + ' | '.join(rule_style(r)['label'] for r in rules) + ' |'
     lines += ['', head, '|' + '---|' * (3 + len(rules))]
     for (regime, size, mixture), g in t.group_by(['regime', 'size', 'mixture'], maintain_order=True):
