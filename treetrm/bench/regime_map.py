@@ -4,7 +4,7 @@
 
 # %% ../../nbs/bench/05_regime_map.ipynb #29145072
 from __future__ import annotations
-import math, platform
+import math, os, platform
 from pathlib import Path
 import polars as pl
 from matplotlib.colors import TwoSlopeNorm
@@ -15,7 +15,7 @@ from ..figures import new_figure, finish_figure
 from ..train.provenance import git_state
 from .grid import BenchSettings, cell_budget, cell_mixture, cell_regime, regime_world, val_units
 from .loop_report import mean_ci
-from .loop_bench import run_grid
+from .loop_bench import job_rows_file, run_grid
 from .rules import check_rules, rule_style
 
 # %% auto #0
@@ -84,12 +84,10 @@ async def run_map(kind:str='tuning', # 'tuning' (defaults may be chosen here) or
 
 def machine() -> str:
     "This machine, as a map records it: architecture and cores."
-    import os
     return f'{platform.machine()}, {os.cpu_count()} cores'
 
 def finished_seeds(worlds:dict, seeds, rules, settings:BenchSettings, workdir) -> list[int]:
     "The seeds whose every cell has its rows in `workdir` (a map run's resumable folder)."
-    from treetrm.bench.loop_bench import job_rows_file
     if workdir is None: return []
     done = lambda i, w, s: job_rows_file(w, s, tuple(rules), cell_budget(w), settings,
                                          Path(workdir)/f'cell{i}').exists()
