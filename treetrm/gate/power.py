@@ -4,7 +4,7 @@
 
 # %% ../../nbs/gate/02a_power.ipynb #61e2c50a
 from __future__ import annotations
-import math, numbers
+import functools, math, numbers
 import polars as pl
 from ..core import ConfigError, where
 from .evalues import GateParams
@@ -23,6 +23,7 @@ def _check_share(name:str, value, low:float, high:float):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value < high:
         raise ConfigError(where(f'{name} must be a number in [{low}, {high}), got {value!r}', field=name))
 
+@functools.lru_cache(maxsize=4096) # exact and pure: a pool's power is asked for again at every construction
 def edit_confirm_chance(delta:float, # the edit's gain, a share of units (0.05: five accuracy points)
                         n_units:int, # units the gate pairs (the type's ladder)
                         noise:float, # D0: share of units two draws of the same skills disagree on
