@@ -21,7 +21,7 @@ from .rules import check_rules, rule_style
 # %% auto #0
 __all__ = ['PREREGISTRATION', 'SEED_KINDS', 'SIZE_LABELS', 'MAP_BEGIN', 'MAP_END', 'preregistration', 'map_worlds',
            'map_settings', 'run_map', 'machine', 'finished_seeds', 'map_table', 'delivery_rates', 'map_bar', 'plot_map',
-           'map_markdown', 'readme_map_block']
+           'map_findings', 'map_markdown', 'readme_map_block']
 
 # %% ../../nbs/bench/05_regime_map.ipynb #71689348
 PREREGISTRATION = 'nbs/bench/preregistration.json'  # relative to the checkout's root
@@ -181,10 +181,45 @@ def plot_map(m:dict, # a regime map
     fig.colorbar(im, ax=axes, shrink=0.8, label='gain on the test pool (points)')
     return fig
 
+# %% ../../nbs/bench/05_regime_map.ipynb #6ae586f6
+def _pct(x) -> str: return '—' if x is None else f'{100 * x:.0f}%'
+
+def _shape(b:dict) -> str: return f"{b['regime']}, {SIZE_LABELS.get(b['size'], b['size'])}"
+
+def _worse_runs(m:dict, b:dict, rule:str) -> list[dict]:
+    "The runs of `rule` in slice `b` worse than the seed by more than 0.5 points on the test pool, with their cell."
+    return [r | dict(mixture=c['mixture']) for c in m['cells'] if c['regime'] == b['regime'] and c['size'] == b['size']
+            for r in c['rules'][rule]['runs'] if r.get('worse_by_half')]
+
+def map_findings(m:dict, # a regime map
+                 bar:dict # the registration's `bar`
+                ) -> list[str]:
+    "What the map says against the bar, a bullet per registered slice, every number read from `m`."
+    d, out = bar['default'], []
+    for b in map_bar(m, bar):
+        verdict = 'meets' if b['meets_gain'] else 'misses'
+        line = (f"- **{_shape(b)}**: the default {b['default_gain']:+.2f} against {b['best_practical']} "
+                f"{b['best_gain']:+.2f}, paired {b['paired_difference']:+.2f} [{b['paired_ci'][0]:+.2f}, "
+                f"{b['paired_ci'][1]:+.2f}] over world seeds — {verdict} the gain bar "
+                f"(≥ {bar['paired_difference_at_least']:+.2f}).")
+        worse = _worse_runs(m, b, d)
+        if worse:
+            cured = [r for r in worse if r['population_gain'] >= 0 and not r['harmful_points']]
+            line += (f" {len(worse)} of its {b['runs']} runs ended worse than the seed by more than 0.5 points on the"
+                     f" test pool (" + ', '.join(f"{r['mixture']} seed {r['seed']}: {r['gain']:+.2f}, population "
+                                              f"{r['population_gain']:+.2f}" for r in worse) + ')')
+            line += (f"; {len(cured)} of them delivered no harmful edit and gained on the population: the test pool's"
+                     " draw of questions, not harm shipped." if cured else '.')
+        dd, bd = b['default_delivered'], b['best_delivered']
+        line += (f" Delivered of the edits judged — large: {_pct(dd.get('large'))} (default), "
+                 f"{_pct(bd.get('large'))} ({b['best_practical']}); harmful: {_pct(dd.get('harmful'))}, "
+                 f"{_pct(bd.get('harmful'))}.")
+        out.append(line)
+    return out
+
+
 # %% ../../nbs/bench/05_regime_map.ipynb #01a6c098
 MAP_BEGIN, MAP_END = '<!-- regime-map:begin -->', '<!-- regime-map:end -->'  # the README block's fences
-
-def _pct(x) -> str: return '—' if x is None else f'{100 * x:.0f}%'
 
 def map_markdown(m:dict, # a regime map
                  bar:dict # the registration's `bar`
@@ -210,7 +245,7 @@ def map_markdown(m:dict, # a regime map
                           + (f" · {_pct(by[r]['worse_by_half'])}" if by[r]['worse_by_half'] else ''))
         lines.append(f"| {regime} | {SIZE_LABELS.get(size, size)} | {mixture} | "
                      + ' | '.join(cell(r) if r in by else '—' for r in rules) + ' |')
-    return '\n'.join(lines)
+    return '\n'.join(lines + [''] + map_findings(m, bar))
 
 def readme_map_block(text:str) -> str:
     "The text between the README's regime-map fences (a `DataError` when they are missing)."
