@@ -195,7 +195,9 @@ def map_findings(m:dict, # a regime map
                  bar:dict # the registration's `bar`
                 ) -> list[str]:
     "What the map says against the bar, a bullet per registered slice, every number read from `m`."
-    d, out = bar['default'], []
+    wall = sum(r.get('wall_s', 0.0) for c in m['cells'] for v in c['rules'].values() for r in v['runs'])
+    d, out = bar['default'], [f"- **Runs**: {m.get('kind', 'map')} world seeds {', '.join(map(str, m['seeds']))}; "
+                              f"their wall times sum to {wall / 3600:.1f} process-hours ({m.get('machine', '?')})."]
     for b in map_bar(m, bar):
         verdict = 'meets' if b['meets_gain'] else 'misses'
         line = (f"- **{_shape(b)}**: the default {b['default_gain']:+.2f} against {b['best_practical']} "
