@@ -37,3 +37,40 @@ def test_the_sim_vision_names_a_meadow_green():
     # its mean pixel, about (92, 140, 105), is nearer the named grey (128, 128, 128) than the named green (30, 160, 60)
     assert look(meadow)['colour'] == 'green'
     assert SIM_VISION_REPLIES['event']({}, [look(meadow)] * 2)['event_description'] == '2 frames, mostly green.'
+
+
+# items 14, 18 and 20 on one small training run and a fresh attempt of it
+TYPES = {'Counting Problem': 1, 'OCR Problems': 1, 'Action Recognition': 1, 'Temporal Reasoning': 1}
+TRAIN = {'split': SPLIT, 'train': {'epochs': 1, 'min_ladder_units': 1, 'batch': {'batch_size': 4, 'min_class': 1}}}
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    "A run v1 (show=True) and its fresh attempt on a 16-video world of 4 types: (runner, results, what each printed)."
+    root = tmp_path_factory.mktemp('trained')
+    world = make_world(root/'world', seed=3, n_videos=16, questions_per_video=TYPES)
+    r = Runner(root/'ws', data_dir=world, progress=False, concurrency=4, config=TRAIN)
+    printed = []
+    for fresh in (False, True):
+        with contextlib.redirect_stdout(io.StringIO()) as out: res = asyncio.run(r.train('v1', show=True, fresh=fresh))
+        printed.append((res, out.getvalue()))
+    yield r, printed
+    r.log.close()
+
+
+@pytest.mark.slow
+def test_every_step_report_lists_every_task_type(trained):
+    r, printed = trained
+    (res, said), _ = printed
+    steps = sorted({d['gate_id'] for d in res.state.decisions if d['kind'] in ('step', 'gate', 'proposal')})
+    assert steps
+    for gid in steps:
+        table = said.split(f'v1 · step {gid}\ndecisions\n', 1)[1].split('\n\n', 1)[0]  # the step report as printed
+        shown = {t for t in TYPES if re.search(rf'│ {t}\s+┆', table)}
+        assert shown == set(TYPES), (gid, table)
+        batch = {r.by_id[q].task_type for q in res.state.batches[int(gid.split('s')[1]) - 1]}
+        for d in res.state.decisions:
+            if d['gate_id'] == gid and d['task_type'] not in batch:  # a type the batch did not draw says so
+                assert d['kind'] == 'step' and d['reason'], d
+    absent = [d for d in res.state.decisions if d['decision'] == 'not_in_batch']
+    assert absent and {d['reason'] for d in absent} == {"not in this step's batch: none of its questions was drawn"}
