@@ -275,7 +275,7 @@ async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState
     await ws.answer(batch, roll, run.agent_setup('rollout', state.skills_current, state.prompts_version))
     preds = ws.log.predictions(roll).filter(pl.col('question_id').is_in(ids))
     correctness = apply_batch_correctness(state.correctness, ids, preds, roll)
-    guard_infra(preds, run.config.infra_guard, roll)
+    guard_infra(preds, run.config.infra_guard, roll, ws.log)
     run.event('rollout_done', gate_id=gate_id)
     ladders = epoch_ladders(run, state)
     proposals, skipped = await propose_step_edits(ws, run, state, batch, roll, gate_id, ladders)
