@@ -18,10 +18,10 @@ from .navigate import AgentResult, AgentPrompts, INFRA_STOP_REASONS, run_agent, 
 from ..log import HarnessLog, check_run_id
 
 # %% auto #0
-__all__ = ['FORMAT_HEALTH_LIMIT', 'PROBE_VERDICTS', 'failed_result', 'step_record', 'prediction_row', 'trace_rows', 'save_result',
-           'InferenceSettings', 'answer_question', 'InferenceResult', 'answer_health', 'run_summary',
-           'predictions_correctness', 'run_params', 'errored_question_ids', 'run_inference', 'seed_probe',
-           'seed_probe_note']
+__all__ = ['FORMAT_HEALTH_LIMIT', 'ENDPOINT_TIP', 'PROBE_VERDICTS', 'failed_result', 'step_record', 'prediction_row',
+           'trace_rows', 'save_result', 'InferenceSettings', 'answer_question', 'InferenceResult', 'call_errors',
+           'failed_calls_tip', 'answer_health', 'run_summary', 'predictions_correctness', 'run_params',
+           'errored_question_ids', 'run_inference', 'seed_probe', 'seed_probe_note']
 
 # %% ../../nbs/agent/04_inference.ipynb #ac93fcc4
 def failed_result(question:Question, error:str, latency_s:float=0.0) -> AgentResult:
@@ -99,17 +99,39 @@ class InferenceResult:
     cost: float # sum of the run's llm_calls cost
     infra_count: int # questions that ended in an INFRA stop reason
     n_new: int = 0 # questions computed by this call (the rest were resumed)
+    errors: tuple = () # (error, calls, model) of its failed agent calls, the most frequent first (`call_errors`)
 
     @property
     def health(self) -> str|None:
         "A warning when most answers were INFRA or read from unformatted replies (`answer_health`), else None."
-        return answer_health(self.run_id, self.stop_reason_counts)
+        return answer_health(self.run_id, self.stop_reason_counts, self.errors)
 
 # %% ../../nbs/agent/04_inference.ipynb #5bdb2a4b
 FORMAT_HEALTH_LIMIT = 0.5 # above this share of INFRA-or-unformatted answers a run is reported as unhealthy
 
+ENDPOINT_TIP = ('check TREETRM_AGENT_BASE_URL, the model name and the key; a context-length error wants '
+                'TREETRM_AGENT_CONTEXT_TOKENS set to the server\'s context')
+
+def call_errors(log:HarnessLog, # the harness log
+                run_id:str, # the run
+                most:int=2 # how many different errors to name
+               ) -> list[tuple[str, int, str]]:
+    "(error, calls, model) of a run's failed agent calls as `llm_calls` records them, the most frequent first."
+    sql = ("SELECT error, count(*) AS n, max(model) AS model FROM llm_calls WHERE run_id = ? AND role = 'agent' "
+           'AND error IS NOT NULL GROUP BY error ORDER BY n DESC, error LIMIT ?')
+    return [(e, int(n), m or '') for e, n, m in log.query(sql, (run_id, most)).iter_rows()]
+
+def failed_calls_tip(errors:list # `call_errors` of the run
+                    ) -> str:
+    "What to say about failed agent calls: the causes `llm_calls` records, else where to look and what to check."
+    if not errors: return f'agent calls failed: read the errors in llm_calls (status error) and {ENDPOINT_TIP}'
+    said = '; '.join(f'{n} call(s): {e}' for e, n, _ in errors)
+    simulated = all(m.startswith('sim-') for _, _, m in errors)  # a simulated model's error is not the endpoint's
+    return f'agent calls failed, llm_calls records why ({said})' + ('' if simulated else f'; {ENDPOINT_TIP}')
+
 def answer_health(run_id:str, # the run
-                  counts:dict # stop reason -> answers
+                  counts:dict, # stop reason -> answers
+                  errors:list=() # `call_errors` of the run: its failed calls' recorded causes
                  ) -> str|None:
     "What to tell the user first when most answers of a run are INFRA or unformatted; None when the run is healthy."
     n, bad = sum(counts.values()), sum(v for k, v in counts.items() if k in INFRA_STOP_REASONS or k == 'unformatted')
@@ -121,11 +143,7 @@ def answer_health(run_id:str, # the run
             'the agent model does not follow the reply format: use an endpoint with structured outputs '
             '(TREETRM_AGENT_STRUCTURED=auto or on: vLLM, SGLang, llama.cpp, OpenAI) or a larger instruction-tuned '
             'model')
-    if counts.get('error', 0):
-        tips.append(
-            'agent calls failed: read the errors in llm_calls (status error) and check TREETRM_AGENT_BASE_URL, '
-            'the model name and the key; a context-length error wants TREETRM_AGENT_CONTEXT_TOKENS set to the '
-            'server\'s context')
+    if counts.get('error', 0): tips.append(failed_calls_tip(errors))
     head = f'run {run_id!r}: {bad} of {n} answers were not read from protocol replies ({by}). What to try: '
     return head + '; '.join(tips) + '.'
 
@@ -146,7 +164,8 @@ def run_summary(log:HarnessLog, # the harness log
     counts = dict(sorted(p.group_by('stop_reason').len().iter_rows()))
     return InferenceResult(run_id, p.height, float(p['correct'].fill_null(False).mean() or 0.0), _per_task_type(p),
                            float(p['steps_used'].mean() or 0.0), int(p['tokens'].sum() or 0), counts, float(cost),
-                           sum(v for k,v in counts.items() if k in INFRA_STOP_REASONS))
+                           sum(v for k,v in counts.items() if k in INFRA_STOP_REASONS),
+                           errors=tuple(call_errors(log, run_id)) if counts.get('error') else ())
 
 # %% ../../nbs/agent/04_inference.ipynb #698b9a51
 def predictions_correctness(log:HarnessLog, run_id:str) -> dict[str, bool]:

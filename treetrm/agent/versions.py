@@ -15,7 +15,8 @@ from .skills import Skill, is_plain_name, check_skill_files, load_skill_dir
 
 # %% auto #0
 __all__ = ['STORE_KINDS', 'META_FILE', 'MANIFEST_FILE', 'version_name', 'VersionStore', 'Manifest', 'save_manifest',
-           'load_manifest', 'init_workspace', 'set_current', 'set_best', 'set_prompts', 'current_skills']
+           'load_manifest', 'seed_skills_dir', 'init_workspace', 'set_current', 'set_best', 'set_prompts',
+           'current_skills']
 
 # %% ../../nbs/agent/00a_versions.ipynb #a459e29d
 STORE_KINDS = ('skills', 'prompts')
@@ -213,14 +214,18 @@ def _import_once(store:VersionStore, src:Path) -> str:
     if not src.is_dir(): raise DataError(where(f'seed folder for {store.kind} not found', 'Check the path', folder=src))
     return store.find_identical(_read_files(src)) or store.import_dir(src, source='seed')
 
+def seed_skills_dir() -> Path:
+    "The seed skills a new workspace imports as v1: the project's (or the installed package's) prompts/skills."
+    return asset_dir('prompts')/'skills'
+
 def init_workspace(path:str|Path, # the workspace folder (created when missing)
-                   seed_skills:str|Path|None=None, # default: <project>/prompts/skills
+                   seed_skills:str|Path|None=None, # default: `seed_skills_dir()`
                    seed_prompts:str|Path|None=None # default: <project>/prompts/agent, when it exists
                   ) -> Manifest:
     "Create a workspace with the seed skills (and prompts) as v1 and a manifest; idempotent."
     ws = Path(path)
     if (ws/MANIFEST_FILE).exists(): return load_manifest(ws)
-    if seed_skills is None: seed_skills = asset_dir('prompts')/'skills'
+    if seed_skills is None: seed_skills = seed_skills_dir()
     if seed_prompts is None and (cand := asset_dir('prompts')/'agent').is_dir(): seed_prompts = cand
     sv = _import_once(VersionStore(ws, 'skills'), Path(seed_skills))
     pv = _import_once(VersionStore(ws, 'prompts'), Path(seed_prompts)) if seed_prompts is not None else None

@@ -16,17 +16,20 @@ from .resilience import backoff_delay
 from .client import OpenAIProvider, RoleBounds
 
 # %% auto #0
-__all__ = ['BACKENDS', 'DEMO_WORLD', 'register_backend', 'resolve_reference', 'make_providers', 'openai_providers',
-           'EndpointTelemetry', 'EndpointPool', 'role_provider', 'demo_world']
+__all__ = ['BACKENDS', 'DATA_CHECKS', 'DEMO_WORLD', 'register_backend', 'resolve_reference', 'make_providers', 'openai_providers',
+           'check_backend_data', 'EndpointTelemetry', 'EndpointPool', 'role_provider', 'demo_world']
 
 # %% ../../nbs/llm/02_backends.ipynb #8135ed21
 BACKENDS: dict[str, Callable|str] = {}  # backend name -> its providers factory, or a 'module:function' reference to it
+DATA_CHECKS: dict[str, Callable|str] = {}  # backend name -> the check that its roles can answer a benchmark
 
 def register_backend(name:str, # the name `make_providers` is called with, e.g. 'sim'
-                     factory:Callable|str # `factory(roles, world_dir, seed, **kw) -> {role: provider}`, or a reference
-                    ) -> None:
-    "Make `make_providers(name, ...)` build its providers with `factory`."
+                     factory:Callable|str, # `factory(roles, world_dir, seed, **kw) -> {role: provider}`, or a reference
+                     data_check:Callable|str|None=None # `check(world_dir, questions, questions_path)`: a ConfigError
+                    ) -> None:                         # when the roles cannot answer the questions; or a reference
+    "Make `make_providers(name, ...)` build its providers with `factory` (and `check_backend_data` run `data_check`)."
     BACKENDS[name] = factory
+    if data_check is not None: DATA_CHECKS[name] = data_check
 
 def resolve_reference(ref:Callable|str) -> Callable: # an object, or a 'module:function' reference to one
     "`ref` itself, or the object its 'module:function' reference names (the module is imported on first use)."
@@ -50,7 +53,17 @@ def openai_providers(roles, world_dir=None, seed:int=0, **kw) -> dict: # `world_
     "role -> its provider from the role's `TREETRM_<ROLE>_*` variables (`role_provider`; `kw` goes to it)."
     return {r: role_provider(r, **kw) for r in roles}
 
-register_backend('sim', 'treetrm.sim.roles:sim_providers')
+def check_backend_data(backend:str, # a registered backend
+                       world_dir:str|Path|None, # sim: the world the roles read (None: the demo world)
+                       questions, # the benchmark's questions
+                       questions_path:str|Path|None=None # where they were read, for the message
+                      ) -> None:
+    "A `ConfigError` from the backend's data check when its roles cannot answer `questions`; nothing to check: None."
+    if (check := DATA_CHECKS.get(backend)) is None: return
+    DATA_CHECKS[backend] = check = resolve_reference(check)
+    check(world_dir, questions, questions_path)
+
+register_backend('sim', 'treetrm.sim.roles:sim_providers', 'treetrm.sim.roles:check_world_questions')
 register_backend('openai', openai_providers)
 
 # %% ../../nbs/llm/02_backends.ipynb #dd1fa004

@@ -15,14 +15,15 @@ from ..llm.protocol import LLMProvider, LLMResponse
 from ..llm.backends import resolve_reference
 from .realism import rule_reach_effect, jitter
 from .generator import type_slug
-from .world import load_world, skill_behaviours
+from .world import load_world, skill_behaviours, world_path, world_questions_by_id
 from .sim_agent import last_user_text, message_text, request_context, request_rng, sim_answer, SimAgent
 
 # %% auto #0
 __all__ = ['ROLE_FACTORIES', 'PAIR_ORDER', 'NEUTRAL_PROMPT_SENTENCE', 'SIM_MODELS', 'WORLD_ROLES', 'SimEcho', 'register_role',
            'make_role', 'true_diagnosis', 'noisy_diagnosis', 'SimJudge', 'rule_candidates', 'propose_edit',
            'momentum_reply', 'propose_prompt_edit', 'SimEvolver', 'rule_relevance', 'propose_realistic_edit',
-           'judge_truth', 'judge_agreement', 'check_world', 'sim_providers']
+           'judge_truth', 'judge_agreement', 'check_world', 'missing_world_questions', 'check_world_questions',
+           'sim_providers']
 
 # %% ../../nbs/sim/04_roles.ipynb #241c4c69
 @dataclass
@@ -293,6 +294,33 @@ def check_world(world_dir:str|Path|None, # the folder the roles would read (None
         "Trees built from your own videos (or Video-MME's) need backend='openai' and TREETRM_<ROLE>_* endpoints; "
         'for an offline run, plant a world with `python -m treetrm.sim.server world <folder>` and use it as data_dir',
         file=Path(world_dir)/'world.json', field='backend'))
+
+def missing_world_questions(world_dir:str|Path|None, # a world folder (None: the demo world)
+                            questions # the questions the roles would be asked
+                           ) -> list[str]:
+    "The ids of `questions` that are not the world's: its id, video and text, with an evidence record."
+    known, evidence = world_questions_by_id(world_dir), load_world(world_dir)['evidence']
+    def held(q):
+        w = known.get(q.question_id)
+        return w is not None and (w.video_id, w.question) == (q.video_id, q.question) and q.question_id in evidence
+    return [q.question_id for q in questions if not held(q)]
+
+def check_world_questions(world_dir:str|Path|None, # the folder the roles read (None: the demo world)
+                          questions, # the benchmark's questions
+                          questions_path:str|Path|None=None # where they were read, for the message
+                         ) -> None:
+    "A `ConfigError` naming the questions the sim roles cannot answer because they are not the world's own."
+    if world_dir is not None and not (Path(world_dir)/'world.json').is_file(): return  # `check_world` refuses it
+    if not (missing := missing_world_questions(world_dir, questions)): return
+    more = f' and {len(missing) - 3} more' if len(missing) > 3 else ''
+    raise ConfigError(where(
+        f'{len(missing)} of {len(questions)} questions are not questions of the sim world in '
+        f'{world_path(world_dir)} (ids {", ".join(map(repr, missing[:3]))}{more}): the simulated agent, judge and '
+        'evolver answer only their world\'s questions, so each of these would be an error answer',
+        "Use the world's questions and trees as make_world wrote them (data_dir alone, without questions or "
+        "trees_dir); for questions of your own, plant a world with `python -m treetrm.sim.server world <folder>` "
+        "and use it as data_dir, or use backend='openai' with TREETRM_<ROLE>_* endpoints",
+        file=questions_path, field='questions'))
 
 def sim_providers(roles, # which roles to build
                   world_dir:str|Path|None=None, # the world the roles read (None: the demo world)

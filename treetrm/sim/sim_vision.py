@@ -10,11 +10,11 @@ import numpy as np
 from PIL import Image
 from ..core import DataError, where, canonical_json
 from ..llm.protocol import LLMResponse
-from ..build.video import COLOURS, read_barcode
+from ..build.video import read_barcode
 from .sim_agent import request_context, sim_answer
 
 # %% auto #0
-__all__ = ['SIM_VISION_REPLIES', 'look', 'message_images', 'SimVision', 'sim_vision']
+__all__ = ['HUE_NAMES', 'SIM_VISION_REPLIES', 'pixel_colours', 'look', 'message_images', 'SimVision', 'sim_vision']
 
 # %% ../../nbs/sim/06_sim_vision.ipynb #3913564e
 def _image(image) -> Image.Image:
@@ -22,12 +22,22 @@ def _image(image) -> Image.Image:
     if isinstance(image, str) and image.startswith('data:'): image = base64.b64decode(image.split(',', 1)[1])
     return Image.open(io.BytesIO(image) if isinstance(image, (bytes, bytearray)) else image)
 
+HUE_NAMES = ((15, 'red'), (40, 'orange'), (70, 'yellow'), (165, 'green'), (260, 'blue'), (330, 'purple'),
+             (360, 'red'))  # a coloured pixel's name: the first range (upper bound of its hue, degrees) it falls in
+
+def pixel_colours(im:Image.Image) -> np.ndarray:
+    "Every pixel's colour name: black, grey or white when it has little colour, else the name of its hue's range."
+    hue, sat, val = (np.asarray(im.convert('HSV'), dtype=np.float32).reshape(-1, 3) / 255).T
+    bounds, names = zip(*HUE_NAMES)
+    coloured = np.array(names)[np.minimum(np.searchsorted(bounds, hue * 360, side='right'), len(names) - 1)]
+    plain = np.where(val < 0.2, 'black', np.where(val > 0.85, 'white', 'grey'))
+    return np.where((sat < 0.2) | (val < 0.2), plain, coloured)
+
 def look(image) -> dict:
-    "What the sim vision model sees: the nearest named colour of the mean pixel, and the barcode text."
+    "What the sim vision model sees: the colour most of its pixels have, and the barcode text."
     im = _image(image).convert('RGB')
-    mean = np.asarray(im, dtype=np.float32).reshape(-1, 3).mean(0)
-    colour = min(COLOURS, key=lambda c: float(((np.array(COLOURS[c]) - mean) ** 2).sum()))
-    return {'colour': colour, 'text': read_barcode(im)}
+    names, counts = np.unique(pixel_colours(im), return_counts=True)
+    return {'colour': str(names[counts.argmax()]), 'text': read_barcode(im)}
 
 # %% ../../nbs/sim/06_sim_vision.ipynb #09e7095e
 def message_images(messages:list[dict]) -> list[str]:

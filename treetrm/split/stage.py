@@ -31,7 +31,7 @@ __all__ = ['POOLS_FORMAT', 'DISCORDANCE_FILE', 'DISCORDANCE_FORMAT', 'REDRAW_QUE
            'plot_pools', 'pools_dir', 'has_pools', 'forecast_line', 'SplitPlan', 'split_forecast', 'plan_split',
            'redraw_run_id', 'redraw_sample', 'discordance_counts', 'discordance_document', 'type_discordance',
            'discordance_frame', 'read_discordance', 'measure_discordance', 'existing_split', 'checked_split',
-           'run_split', 'show_split']
+           'split_log', 'run_split', 'show_split']
 
 # %% ../../nbs/split/01_stage.ipynb #92004b34
 POOLS_FORMAT = 'treetrm-pools/1'
@@ -342,6 +342,10 @@ def checked_split(qs:list[Question], diag, # the benchmark and its diagnosis (`d
         if health: raise ConfigError(f'{health}\n{e}') from None
         raise
 
+def split_log(workspace:str|Path, log) -> HarnessLog:
+    "The split's harness log: `log`, the one a function `log` opens, or <workspace>/harness.db (opened now)."
+    return log() if callable(log) else log or HarnessLog(Path(workspace) / 'harness.db')
+
 async def run_split(
     workspace: str | Path,  # the experiment folder; harness.db and pools/ go here
     *,
@@ -351,7 +355,7 @@ async def run_split(
     agent,  # the agent LLMProvider
     judge,  # the judge LLMProvider
     config,  # SplitConfig, dict or YAML path
-    log=None,  # a HarnessLog (default: <workspace>/harness.db)
+    log=None,  # a HarnessLog, or a function that opens one once the plan is checked (default: <workspace>/harness.db)
     dry_run: bool = False,  # only check the wiring and return the plan
     concurrency: int = 8,  # agent runs and judge calls in flight
     baseline_run_id: str = 'baseline',  # run id of the baseline; re-using it resumes
@@ -370,7 +374,7 @@ async def run_split(
     if not dry_run and (frozen := existing_split(workspace, plan.config, baseline_run_id)) is not None: return frozen
     print(plan)  # the forecast, before anything is spent
     if dry_run: return plan
-    qs, log = load_questions(questions_path), log or HarnessLog(Path(workspace) / 'harness.db')
+    qs, log = load_questions(questions_path), split_log(workspace, log)  # the first write
     base = await run_inference(qs, trees_dir=trees_dir, provider=agent, log=log, run_id=baseline_run_id,
                                skills_dir=skills_dir, mode='auto', concurrency=concurrency, kind='baseline',
                                progress=progress, max_steps=max_steps)

@@ -14,7 +14,7 @@ from ..gate.probation import Probation
 from .settings import TrainConfig
 from .checkpoint import TrainState, decision_fingerprint
 from .workspace import Workspace, BASELINE_RUN
-from .run import TrainRun, role_usage
+from .run import TrainRun, actual_usage, role_usage
 from .step import write_version
 from .epoch_end import dual_metric_rows, probation_entry
 from .. import report
@@ -70,7 +70,7 @@ def run_metrics(ws:Workspace, run:TrainRun, state:TrainState, final:str, # the f
                 test_by_type=_plain(pc),
                 decisions=decision_tally(state.decisions), confirmed_rules=confirmed_rule_counts(state.decisions),
                 gated_task_types=sorted(run.gated), forecast=state.forecast, power=state.forecast.get('power', []),
-                actual=role_usage(ws.log, ws.run_ids(run.rid)),
+                actual=actual_usage(role_usage(ws.log, ws.run_ids(run.rid)), state.forecast),
                 decision_fingerprint=decision_fingerprint(state.decisions))
 
 def delivered_version(config:TrainConfig, state:TrainState) -> str:

@@ -18,7 +18,7 @@ from ..llm.costs import NO_PRICE, price_of, usage_cost
 from ..agent.versions import set_current, set_best, load_manifest
 from ..agent.navigate import INFRA_STOP_REASONS
 from ..log import HarnessLog, TrainRunId
-from ..agent.inference import predictions_correctness, answer_health
+from ..agent.inference import predictions_correctness, answer_health, call_errors
 from ..split.by_video import validation_capacity
 from ..split.stage import has_pools, pools_dir, read_discordance, type_discordance
 from .batching import build_batches
@@ -41,7 +41,7 @@ __all__ = ['MIN_HISTORY_UNITS', 'apply_batch_correctness', 'guard_infra', 'tick_
            'pool_accuracy', 'start_correctness', 'initial_state', 'split_reserve', 'cap_ladder', 'start_epoch',
            'fresh_rounds', 'evidence_cap', 'discordance_estimate', 'gate_history', 'type_gate_params', 'power_types',
            'planned_ladders', 'run_power', 'epoch_ladders', 'role_usage', 'scaled_usage', 'forecast_usage',
-           'shown_usage', 'forecast']
+           'shown_usage', 'actual_usage', 'forecast']
 
 # %% ../../nbs/train/05_run.ipynb #543eb5e7
 def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> correct before the rollout
@@ -57,13 +57,15 @@ def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> corr
 
 def guard_infra(predictions:pl.DataFrame, # the rollout's prediction rows
                 limit:float, # largest tolerated INFRA share
-                run_id:str):
+                run_id:str,
+                log:HarnessLog|None=None): # the harness log: the causes the rollout's failed calls recorded
     "Raise `InfraError` when the INFRA share of a rollout is above `limit`."
     n = predictions.height
     bad = predictions.filter(pl.col('stop_reason').is_in(list(INFRA_STOP_REASONS))).height
     if n and bad / n > limit:
         counts = dict(sorted(predictions.group_by('stop_reason').len().iter_rows()))
-        hint = answer_health(run_id, counts) or "Check the agent endpoint (see llm_calls)"
+        errors = call_errors(log, run_id) if log is not None else ()
+        hint = answer_health(run_id, counts, errors) or "Check the agent endpoint (see llm_calls)"
         raise InfraError(where(f'{bad} of {n} rollout answers ended on an INFRA stop reason '
                                f'({bad/n:.0%} > {limit:.0%}); by stop reason: {counts}',
                                f'{hint} Then resume with the same run_id', run_id=run_id))
@@ -447,6 +449,13 @@ def shown_usage(usage:dict # a forecast role's {calls, tokens, cost}
                ) -> dict:
     "The usage as a table shows it: a cost without a price says `no price set`."
     return {k: NO_PRICE if k == 'cost' and v is None else v for k, v in usage.items()}
+
+def actual_usage(used:dict, # role -> actual usage (`role_usage`)
+                 forecast:dict # the run's forecast (`roles`: role -> usage)
+                ) -> dict:
+    "role -> actual usage, its cost None where the forecast had no price (a call without a price records cost 0)."
+    unpriced = lambda r: r in forecast['roles'] and forecast['roles'][r]['cost'] is None
+    return {r: u | {'cost': None} if unpriced(r) else u for r, u in used.items()}
 
 # %% ../../nbs/train/05_run.ipynb #5c005b42
 def _measured_agent(used:dict, preds:pl.DataFrame) -> dict:

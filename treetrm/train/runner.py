@@ -4,7 +4,7 @@
 
 # %% ../../nbs/train/11_runner.ipynb #03a4b3f3
 from __future__ import annotations
-import os, platform, shutil, sys, tempfile, uuid, warnings
+import os, platform, re, shutil, sys, tempfile, uuid, warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -13,23 +13,25 @@ from fastcore.basics import patch
 from ..core import (ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes, package_dir,
                           sha256_file)
 from ..agent.versions import load_manifest
-from ..log import FINAL_TEST, check_run_id, gate_id
-from ..agent.inference import InferenceResult, answer_health, seed_probe, seed_probe_note
+from ..log import FINAL_TEST, TrainRunId, check_run_id, gate_id
+from ..agent.inference import InferenceResult, answer_health, call_errors, seed_probe, seed_probe_note
 from .settings import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
 from .checkpoint import TrainState, load_checkpoint
 from .workspace import Workspace, BASELINE_RUN, look_to_report
 from ..gate.validate import base_skills_sha
 from ..gate.power import POWER, POWER_NOTE, power_table_of, power_warnings
 from .acceptance import ACCEPTANCE
-from .run import (TrainRun, open_train_run, initial_state, role_usage, shown_usage, type_counts,
-                               gating_frame, ungated_note)
+from .run import (TrainRun, open_train_run, initial_state, role_usage, shown_usage, actual_usage,
+                               type_counts, gating_frame, ungated_note)
+from ..llm.costs import NO_PRICE, price_of
 from .deliver import decisions_frame
 from .loop import train_to_end, save_state
 from .provenance import package_versions, git_state, role_provenance, skills_diff
 from .. import report, __version__
 
 # %% auto #0
-__all__ = ['STEP_DECISION_COLUMNS', 'Runner', 'accuracy_curves', 'TrainResult', 'finished_note', 'PoolEvaluation']
+__all__ = ['STEP_DECISION_COLUMNS', 'Runner', 'priced_costs', 'accuracy_curves', 'TrainResult', 'earlier_attempts',
+           'archived_note', 'new_draw_note', 'finished_note', 'PoolEvaluation']
 
 # %% ../../nbs/train/11_runner.ipynb #de836d53
 class Runner(Workspace):
@@ -38,20 +40,43 @@ class Runner(Workspace):
 # %% ../../nbs/train/11_runner.ipynb #8be4d22f
 @patch
 def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFrame:
-    "Forecast (and, given the run, actual) calls, tokens and cost per role."
-    actual = role_usage(self.log, self.run_ids(rid)) if rid else {}
+    "Forecast (and, given the run, actual) calls, tokens and cost per role; a cost without a price: `no price set`."
+    actual = actual_usage(role_usage(self.log, self.run_ids(rid)), forecast) if rid else {}
+    used = lambda role, f: shown_usage({k: actual.get(role, {}).get(k, 0) for k in f})
     rows = [{'role': role, **{f'forecast_{k}': v for k, v in shown_usage(f).items()},
-             **({f'actual_{k}': actual.get(role, {}).get(k, 0) for k in f} if rid else {})}
+             **({f'actual_{k}': v for k, v in used(role, f).items()} if rid else {})}
             for role, f in forecast['roles'].items()]
     return pl.DataFrame(rows)
+
+@patch
+def unpriced_roles(self:Runner) -> set[str]:
+    "The roles without a price: their calls are recorded at cost 0, which reports show as `no price set`."
+    return {role for role, p in self.providers.items() if price_of(p) is None}
+
+def priced_costs(table:pl.DataFrame, # a cost table: role, cost, ... (`report.cost_table`), its last row ALL
+                 unpriced:set # roles without a price
+                ) -> pl.DataFrame:
+    "The table with `no price set` as the cost of roles without a price (ALL: the priced roles' sum, said so)."
+    roles = set(table['role']) - {'ALL'}
+    if not roles & unpriced: return table
+    def shown(role, cost):
+        if role in unpriced or (role == 'ALL' and roles <= unpriced): return NO_PRICE
+        return f'{cost:.4f}' + (' (priced roles)' if role == 'ALL' else '')
+    return table.with_columns(cost=pl.Series([shown(r, c) for r, c in zip(table['role'], table['cost'])]))
 
 # %% ../../nbs/train/11_runner.ipynb #51be9bb8
 @patch
 def _show(self:Runner, run:TrainRun, rep:dict, title:str, prefix:str):
-    "Save a report's figures under the run and show it inline."
+    "Save a report's figures under the run and show it inline (a role without a price: `no price set`, not 0)."
     figs = {k: v for k, v in rep.items() if not isinstance(v, pl.DataFrame)}
     if figs: report.save_report(figs, run.figures, prefix=prefix)
-    report.show_report(rep, title)
+    report.show_report(self.with_prices(rep), title)
+
+@patch
+def with_prices(self:Runner, rep:dict) -> dict:
+    "A report whose cost tables say `no price set` for the roles without a price (`priced_costs`)."
+    is_cost = lambda v: isinstance(v, pl.DataFrame) and {'role', 'cost'} <= set(v.columns)
+    return {k: priced_costs(v, self.unpriced_roles()) if is_cost(v) else v for k, v in rep.items()}
 
 STEP_DECISION_COLUMNS = ('task_type', 'decision', 'reason', 'w', 'l', 'n_used', 'e_value', 'version')  # a step's table
 
@@ -106,8 +131,10 @@ def final_report(self:Runner, result) -> dict:
     rep = report.final_report(self.log, rid, accuracy_curves(m['epochs']), self.pool('test'), m['test']['seed_run'],
                               m['test']['delivered_run'], cost_runs=self.run_ids(rid),
                               labels=('seed skills', f'delivered skills ({m["delivered_version"]})'))
-    return rep | {'forecast_vs_actual': self.forecast_table(m['forecast'], rid),
-                  'decision_log': decisions_frame(result.state.decisions)}
+    note = new_draw_note(m, earlier_attempts(self.workspace/'runs', result.run_id))  # a fresh attempt: a new draw
+    more = {'forecast_vs_actual': self.forecast_table(m['forecast'], rid),
+            'decision_log': decisions_frame(result.state.decisions)}
+    return self.with_prices(rep) | more | ({'new_draw': note} if note else {})
 
 # %% ../../nbs/train/11_runner.ipynb #a268e046
 @dataclass(frozen=True)
@@ -120,6 +147,44 @@ class TrainResult:
     path: Path # the run folder
     resumed_finished: bool = False # the run had already finished; nothing was retrained
 
+def earlier_attempts(runs_dir:Path, # the workspace's runs/
+                     run_id:str # the training run
+                    ) -> list[dict]:
+    "The archived attempts of a run, first first: folder, internal run id, and metrics.json (None: unfinished)."
+    number = lambda d: int(m[1]) if (m := re.fullmatch(rf'{re.escape(run_id)}\.archived-(\d+)', d.name)) else None
+    folders = sorted((number(d), d) for d in runs_dir.glob(f'{run_id}.archived-*') if number(d) is not None)
+    metrics = lambda d: read_json(d/'metrics.json') if (d/'metrics.json').is_file() else None
+    return [dict(folder=d, internal_run_id=str(TrainRunId.attempt(run_id, k)), metrics=metrics(d)) for k, d in folders]
+
+def _tested(m:dict) -> str:
+    "An attempt's final test in a few words."
+    return f"test accuracy {m['test']['delivered_accuracy']:.3f} with {m['delivered_version']}"
+
+def archived_note(attempt:dict, # the attempt just archived (`earlier_attempts`)
+                  rid:str # the internal run id of the attempt that starts
+                 ) -> str:
+    "What `fresh=True` says when it archives an attempt: where it went, and that the new attempt is a new draw."
+    how = f"finished, {_tested(attempt['metrics'])}" if attempt['metrics'] else 'unfinished'
+    return (f"fresh=True: the earlier attempt {attempt['internal_run_id']} ({how}) is archived in "
+            f"{attempt['folder']}; its rows stay in harness.db under its run id. This attempt, {rid}, is a new draw: "
+            'its batches, edits and answers are drawn afresh, so its result differs from the earlier one by chance')
+
+def new_draw_note(metrics:dict, # metrics.json of a finished attempt
+                  earlier:list[dict] # the run's archived attempts (`earlier_attempts`)
+                 ) -> str|None:
+    "How an attempt's final test compares with the attempts before it (None for a run's first attempt)."
+    ids = [a['internal_run_id'] for a in earlier]
+    if metrics['internal_run_id'] in ids: earlier = earlier[:ids.index(metrics['internal_run_id'])]  # an archived one
+    if not earlier: return None
+    done = [a for a in earlier if a['metrics']]
+    before = '; '.join(f"{a['internal_run_id']} ({a['folder'].name}): {_tested(a['metrics'])}" for a in done)
+    last = (f", {metrics['test']['delivered_accuracy'] - done[-1]['metrics']['test']['delivered_accuracy']:+.3f} "
+            f"against {done[-1]['internal_run_id']}") if done else ''
+    return (f"a new draw: {metrics['internal_run_id']} is attempt {len(earlier) + 1} of run {metrics['run_id']} "
+            f"(fresh=True), {_tested(metrics)}{last}. Earlier attempts: {before or 'none finished'}. Attempts of one "
+            'configuration differ by chance (batches, edits, sampled answers), and each final test is another look '
+            'at the test pool: report every attempt, or the first, not the best of them')
+
 def finished_note(log, run_id:str, rid:str) -> str:
     "What a call to train a finished run says: when it finished, that its results are shown, how to train it again."
     row = log.get_run(rid)
@@ -131,7 +196,22 @@ def finished_note(log, run_id:str, rid:str) -> str:
 def run_health(self:Runner, run_id:str) -> str|None:
     "`answer_health` of a run's stored answers: what to say first when most were INFRA or unformatted."
     sql = 'SELECT stop_reason, COUNT(*) FROM predictions WHERE run_id = ? GROUP BY stop_reason'
-    return answer_health(run_id, dict(self.log.query(sql, (run_id,)).iter_rows()))
+    return answer_health(run_id, dict(self.log.query(sql, (run_id,)).iter_rows()), call_errors(self.log, run_id))
+
+@patch
+def _open_run(self:Runner, run_id:str, cfg:TrainConfig, start:str, fresh:bool, show:bool, on_event) -> TrainRun:
+    "`open_train_run`, saying where `fresh=True` archived the earlier attempt and that this one is a new draw."
+    archiving = fresh and (self.workspace/'runs'/run_id).is_dir()
+    run = open_train_run(self, run_id, cfg, start, fresh, show, on_event)
+    if archiving: print(archived_note(earlier_attempts(self.workspace/'runs', run_id)[-1], run.rid))
+    return run
+
+@patch
+def _finished(self:Runner, run:TrainRun, state:TrainState) -> TrainResult:
+    "The result of an attempt that just finished; a fresh attempt says how it compares with the earlier ones."
+    m = read_json(run.dir/'metrics.json')
+    if note := new_draw_note(m, earlier_attempts(self.workspace/'runs', run.run_id)): print(note)
+    return TrainResult(run.run_id, run.rid, state, m, run.dir)
 
 @patch
 async def train(self:Runner, run_id:str='v1', # the training run; the same id resumes it
@@ -151,7 +231,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
     self.check_trainable(cfg)  # a benchmark too small to gate any type is refused before the split pays a baseline
     await self.split()
     if health := self.run_health(BASELINE_RUN): print(f'WARNING: {health}')
-    run = open_train_run(self, run_id, cfg, self.resolve_version(start), fresh, show, on_event)
+    run = self._open_run(run_id, cfg, self.resolve_version(start), fresh, show, on_event)
     state, sizes = load_checkpoint(run.checkpoint, expect_structural=run.parts), type_counts(run.val_units)
     if note := ungated_note(sizes, cfg.min_ladder_units): print(note)
     if state is not None and state.phase == 'done':
@@ -172,7 +252,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
     for line in power_warnings(power): print(f'WARNING: {line}')
     state = await train_to_end(self, run, state, self._report_unit if run.show else None)
     self.log.finish_run(run.rid)
-    return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir)
+    return self._finished(run, state)
 
 # %% ../../nbs/train/11_runner.ipynb #80d31e59
 @patch
@@ -248,14 +328,21 @@ def _pool_evaluation(self:Runner, run_id:str, version:str, pool:str, final_test:
 async def evaluate(self:Runner, skills_version:str='best', # a version, or 'best', 'current', 'seed'
                    pool:str='test', # the frozen pool
                    run_id:str|None=None, # the evaluation's run id when one is made (default: eval_<pool>_<version>)
-                   *, again:bool=False, # evaluate even when the train stage's final test is recorded: a new look
+                   *, again:bool=False, # a new draw (a new run, new request seeds), even over a recorded final test
                    level:float=0.95 # interval coverage
                   ) -> PoolEvaluation:
     "The eval stage: the train stage's final test of a version on the test pool, or (`again`, or none) an evaluation."
     v = self.resolve_version(skills_version)
     final = self.final_test_run(v) if pool == 'test' else None
-    shown = final if final and not again else (await self.eval(v, pool, run_id)).run_id
-    return self._pool_evaluation(shown, v, pool, final, level)
+    if final and not again: return self._pool_evaluation(final, v, pool, final, level)
+    draw = run_id or (self.new_draw_run_id(pool, v) if again else None)
+    return self._pool_evaluation((await self.eval(v, pool, draw)).run_id, v, pool, final, level)
+
+@patch
+def new_draw_run_id(self:Runner, pool:str, version:str) -> str:
+    "A run id no run of the workspace has yet: eval_<pool>_<version>, else eval_<pool>_<version>-draw2, -draw3, ..."
+    taken, first = set(self.log.runs()['run_id'].to_list()), f'eval_{pool}_{version}'
+    return next(r for r in [first, *(f'{first}-draw{k}' for k in range(2, len(taken) + 3))] if r not in taken)
 
 # %% ../../nbs/train/11_runner.ipynb #fb086980
 @patch

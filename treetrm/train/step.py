@@ -34,7 +34,7 @@ __all__ = ['STEP_SKIPS', 'PROPOSAL_EXITS', 'StepType', 'why_no_proposal', 'step_
 # %% ../../nbs/train/06_step.ipynb #080d2814
 @dataclass(frozen=True)
 class StepType:
-    "What a step knows about one task type of its batch: enough to say why it gets no proposal."
+    "What a step knows about one task type of the run: enough to say why it gets no proposal."
     task_type: str
     gated: bool # it has at least train.min_ladder_units validation units
     units: int # its validation units
@@ -53,6 +53,7 @@ STEP_SKIPS = (  # (decision, holds, reason): the first row that holds says why t
     ('on_probation', lambda t: t.on_trial, lambda t: 'an edit of this type is on probation until the epoch ends'),
     ('cooling_down', lambda t: t.cooldown > 0,
      lambda t: f'cooling down after a rejected edit: {t.cooldown} more step(s)'),
+    ('not_in_batch', lambda t: t.answers == 0, lambda t: "not in this step's batch: none of its questions was drawn"),
     ('no_miss', lambda t: t.misses == 0, lambda t: f'all {t.answers} answers of this type in the batch were right'),
     ('no_diagnosis', lambda t: not t.diagnosed,
      lambda t: f'{t.misses} wrong answer(s), none with a usable diagnosis (tier T1 or T2, not degraded)'),
@@ -64,13 +65,14 @@ def why_no_proposal(t:StepType) -> tuple[str, str]|None:
 
 def step_types(run:TrainRun, state:TrainState, batch:list, predictions:pl.DataFrame, packs:dict,
                ladders:dict) -> list[StepType]:
-    "A `StepType` for each task type of the batch, from its rollout's predictions and its case packs."
+    "A `StepType` for each task type of the run's pools and the batch, from the rollout's predictions and case packs."
     ids, sizes, trial = {q.question_id for q in batch}, type_counts(run.val_units), on_trial(state)
+    types = {q.task_type for q in batch} | set(sizes) | {q.task_type for q in run.diag}
     wrong = {q for q, ok in predictions.select('question_id', 'correct').rows() if q in ids and not ok}
     return [StepType(t, t in run.gated, sizes.get(t, 0), run.config.min_ladder_units, len(ladders.get(t, ())),
                      t in trial, state.cooldowns.get(t, 0), sum(q.task_type == t for q in batch),
                      sum(q.task_type == t and q.question_id in wrong for q in batch), t in packs)
-            for t in sorted({q.task_type for q in batch})]
+            for t in sorted(types)]
 
 # %% ../../nbs/train/06_step.ipynb #263b7ac9
 def on_trial(state:TrainState) -> set[str]:
@@ -273,7 +275,7 @@ async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState
     await ws.answer(batch, roll, run.agent_setup('rollout', state.skills_current, state.prompts_version))
     preds = ws.log.predictions(roll).filter(pl.col('question_id').is_in(ids))
     correctness = apply_batch_correctness(state.correctness, ids, preds, roll)
-    guard_infra(preds, run.config.infra_guard, roll)
+    guard_infra(preds, run.config.infra_guard, roll, ws.log)
     run.event('rollout_done', gate_id=gate_id)
     ladders = epoch_ladders(run, state)
     proposals, skipped = await propose_step_edits(ws, run, state, batch, roll, gate_id, ladders)

@@ -12,7 +12,8 @@ from fastcore.basics import patch
 from ..core import ConfigError, DataError, sweep_temp_files, where, check_count
 from ..data import Question, load_questions
 from ..llm.resilience import ResponseCache
-from ..agent.versions import VersionStore, init_workspace, load_manifest, set_current, set_best, version_name
+from ..agent.versions import (MANIFEST_FILE, VersionStore, init_workspace, load_manifest, seed_skills_dir,
+                                   set_current, set_best, version_name)
 from ..log import FINAL_TEST, HarnessLog, check_run_id, TrainRunId
 from ..agent.inference import run_inference, InferenceResult
 from ..proposers.diagnose import diagnose as diagnose_run
@@ -20,7 +21,7 @@ from ..gate.validate import base_skills_sha
 from ..split.by_video import load_split_config, Split
 from ..split.stage import (REDRAW_QUESTIONS, run_split, load_split, has_pools, pools_dir, measure_discordance,
                                  redraw_run_id)
-from ..llm.backends import BACKENDS, demo_world, make_providers
+from ..llm.backends import BACKENDS, check_backend_data, demo_world, make_providers
 from .settings import Config, TrainConfig, runner_config
 from ..llm.ledger import CallRecorder, RecordedProvider, BudgetedProvider, filed_under
 
@@ -46,7 +47,7 @@ def _providers(backend, data_dir, seed, recorder, providers, cache=None) -> dict
 
 class Workspace:
     "One experiment folder: its pools, skills and prompts versions, harness.db and role providers; runs the agent."
-    def __init__(self, workspace:str|Path, # the experiment folder (created when missing)
+    def __init__(self, workspace:str|Path, # the experiment folder (created on first use)
                  *, backend:str='sim', # 'sim' (offline planted-truth world) or 'openai' (TREETRM_<ROLE>_* endpoints)
                  data_dir:str|Path|None=None, # questions.jsonl and trees/ (default: trees' parent, or the demo)
                  questions:str|Path|None=None, # Video-MME parquet/json, jsonl or a <video>.json folder
@@ -73,14 +74,35 @@ class Workspace:
         self.trees_dir = Path(trees_dir) if trees_dir is not None else self.data_dir/'trees'
         self.questions = load_questions(self.questions_path)
         self.by_id = {q.question_id: q for q in self.questions}
-        self.recorder = CallRecorder()  # its log is opened below, once everything is checked
+        self.recorder = CallRecorder()  # its log is opened with the workspace, once everything is checked
         use_cache = response_cache and backend == 'openai'
         self.cache = ResponseCache(self.workspace/'cache'/'responses.sqlite') if use_cache else None  # made when used
         self.providers = _providers(backend, self.data_dir, seed, self.recorder, providers, self.cache)
-        self.manifest = init_workspace(self.workspace)  # the first write
-        sweep_temp_files(self.workspace)  # what a kill mid-write left (this runner is the workspace's writer)
-        self.log = self.recorder.log = HarnessLog(self.workspace/'harness.db')
-        self.skills, self.prompts = VersionStore(self.workspace, 'skills'), VersionStore(self.workspace, 'prompts')
+        if providers is None: check_backend_data(backend, self.data_dir, self.questions, self.questions_path)
+        self._log = None  # nothing is written until a stage needs the workspace (`open`)
+
+    def open(self):
+        "Make the workspace when missing (seed versions, manifest), sweep what a kill left, open harness.db; once."
+        if self._log is None:
+            init_workspace(self.workspace)  # the first write
+            sweep_temp_files(self.workspace)  # what a kill mid-write left (this runner is the workspace's writer)
+            self._log = self.recorder.log = HarnessLog(self.workspace/'harness.db')
+        return self
+
+    @property
+    def log(self) -> HarnessLog:
+        "The workspace's harness.db (the workspace is made on first use)."
+        return self.open()._log
+
+    @property
+    def skills(self) -> VersionStore:
+        "The workspace's skills versions (the workspace is made on first use)."
+        return VersionStore(self.open().workspace, 'skills')
+
+    @property
+    def prompts(self) -> VersionStore:
+        "The workspace's agent prompts versions (the workspace is made on first use)."
+        return VersionStore(self.open().workspace, 'prompts')
 
     def __repr__(self):
         name, folder, data = type(self).__name__, str(self.workspace), str(self.data_dir)
@@ -99,12 +121,18 @@ def _not_a_version(version) -> ConfigError:
 @patch
 def resolve_version(self:Workspace, version:str) -> str:
     "A skills version name from 'best', 'current', 'seed' or vN; another name is a `ConfigError` naming them."
-    m = load_manifest(self.workspace)
-    named = {'best': m.skills_best, 'current': m.skills_current, 'seed': self.skills.versions()[0]}
-    if named.get(version): return named[version]
-    try: version_name(version)
-    except DataError: raise _not_a_version(version) from None
-    return self.skills.path(version).name
+    if version not in VERSION_WORDS:  # a misspelt word is refused before the workspace is made
+        try: version_name(version)
+        except DataError: raise _not_a_version(version) from None
+        return self.skills.path(version).name
+    m = load_manifest(self.open().workspace)
+    return {'best': m.skills_best, 'current': m.skills_current, 'seed': self.skills.versions()[0]}[version]
+
+@patch
+def seed_skills(self:Workspace) -> Path:
+    "The seed skills' folder: the workspace's first version, or (a workspace not made yet) what it will import."
+    if self._log is None and not (self.workspace/MANIFEST_FILE).is_file(): return seed_skills_dir()
+    return self.skills.path(self.resolve_version('seed'))
 
 @dataclass(frozen=True)
 class AgentSetup:
@@ -126,7 +154,7 @@ async def answer(self:Workspace, questions, # the questions to answer
                 ) -> InferenceResult|None:
     "Run the agent on `questions` under `run_id` (resumable), filing its model calls under the run."
     with filed_under(run_id):
-        pv = setup.prompts_version or load_manifest(self.workspace).prompts_version
+        pv = setup.prompts_version or load_manifest(self.open().workspace).prompts_version
         recorded = lambda name: None if setup.by_content else name
         return await run_inference(list(questions), trees_dir=self.trees_dir, provider=self.providers['agent'],
                                    log=self.log, run_id=run_id,
@@ -158,11 +186,11 @@ async def split(self:Workspace, config:dict|None=None, # split settings (default
                                       temperature=self.config.temperature, concurrency=self.concurrency,
                                       max_steps=self.config.max_steps, progress=self.progress)
         return split
-    with filed_under(BASELINE_RUN):
+    with filed_under(BASELINE_RUN):  # the workspace is made once the plan is checked; a dry run does not make it
         return await run_split(self.workspace, questions_path=self.questions_path, trees_dir=self.trees_dir,
-                               skills_dir=self.skills.path(self.resolve_version('seed')),
-                               agent=self.providers['agent'], judge=self.providers['judge'],
-                               config=cfg, log=self.log, dry_run=dry_run, concurrency=self.concurrency,
+                               skills_dir=self.seed_skills(), agent=self.providers['agent'],
+                               judge=self.providers['judge'], config=cfg, log=lambda: self.log,
+                               dry_run=dry_run, concurrency=self.concurrency,
                                baseline_run_id=BASELINE_RUN, progress=self.progress,
                                max_steps=self.config.max_steps, redraw_questions=redraw_questions,
                                temperature=self.config.temperature)
