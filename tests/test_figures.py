@@ -1,5 +1,5 @@
 ("Figures fit for a paper: real intervals at accuracy 0 and 1, markers inside the axes, n per row, "
- "one legend entry per threshold, legends clear of the lines, the best-R step line's last level, "
+ "one legend entry per threshold, legends clear of the lines, the best line's last level, "
  "and names instead of run ids.")
 import asyncio, contextlib, io
 import numpy as np
@@ -103,15 +103,15 @@ def test_e_value_legends_never_cover_the_lines_or_each_other():
     assert all(fig.bbox.y0 <= b.y0 and b.y1 <= fig.bbox.y1 for b in boxes)  # the figure grew to hold them
 
 @pytest.mark.parametrize('best', [[0.5, 0.5, 0.7], [0.6]])
-def test_best_r_step_line_draws_its_last_level(best):
+def test_best_line_ends_at_the_last_epoch_with_its_last_level_marked(best):
+    # issue 51, item 10: the line stops at the last epoch (it ran half an epoch past it); its last level is a dot there
     n = len(best)
     epochs = pl.DataFrame(dict(epoch=list(range(1, n + 1)), rollout_accuracy=[0.4]*n, validation_accuracy=best))
     ax = report.plot_accuracy_curves(epochs).axes[0]
-    line = next(l for l in ax.get_lines() if l.get_label() == 'best R')
-    xy = line.get_path().vertices  # the drawn path, steps included
-    last = xy[np.isclose(xy[:, 1], best[-1])]
-    assert last[:, 0].max() - last[:, 0].min() >= 0.4, xy  # a horizontal segment at the last level, not a point
-    assert ax.get_xlim()[1] >= last[:, 0].max()  # and inside the axes
+    line = next(l for l in ax.get_lines() if l.get_label() == 'best validation so far')
+    assert tuple(line.get_xydata()[-1]) == (n, best[-1]) and line.get_xdata().max() == n
+    assert line.get_marker() not in ('None', '', None)  # a single epoch's level shows
+    assert ax.get_xlim()[1] >= n
 
 def _figure_texts(fig) -> list[str]:
     return [t.get_text() for t in fig.findobj(Text) if t.get_text()]

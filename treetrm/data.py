@@ -12,9 +12,10 @@ import polars as pl
 from .core import DataError, where, read_json, read_utf8, atomic_write_text, sha256_file, sha256_json
 
 # %% auto #0
-__all__ = ['TASK_TYPES', 'DEFAULT_TASK', 'HF_COLUMNS', 'ERROR_TYPES', 'skill_slug', 'option_letters', 'option_text', 'option_of',
-           'Question', 'RecordAt', 'question_from_record', 'load_questions', 'question_record', 'save_questions',
-           'questions_fingerprint', 'questions_frame', 'QuestionUnit', 'build_units', 'unit_correct']
+__all__ = ['TASK_TYPES', 'DEFAULT_TASK', 'DIFFICULTIES', 'HF_COLUMNS', 'ERROR_TYPES', 'skill_slug', 'option_letters',
+           'option_text', 'option_of', 'Question', 'RecordAt', 'question_from_record', 'load_questions',
+           'question_record', 'save_questions', 'questions_fingerprint', 'questions_frame', 'QuestionUnit',
+           'build_units', 'unit_correct']
 
 # %% ../nbs/01_data.ipynb #081e6946
 TASK_TYPES = ('Temporal Perception', 'Spatial Perception', 'Attribute Perception', 'Action Recognition',
@@ -52,6 +53,8 @@ def option_of(q:Question, letter:str) -> str:
     return q.options[option_letters(q).index(letter)]
 
 # %% ../nbs/01_data.ipynb #c76aaecc
+DIFFICULTIES = ('easy', 'medium', 'hard') # the difficulty levels a question may name, easiest first
+
 @dataclass(frozen=True)
 class Question:
     "One multiple-choice question about one video."
@@ -64,7 +67,7 @@ class Question:
     duration: str|None = None # Video-MME duration class: short / medium / long
     domain: str|None = None # Video-MME domain
     sub_category: str|None = None # Video-MME sub-category
-    difficulty: str|None = None # easy / medium / hard, when known
+    difficulty: str|None = None # easy / medium / hard (DIFFICULTIES), when known
     unit_id: str|None = None # questions sharing it are scored together
     source_nodes: tuple[str, ...] = () # tree nodes holding the evidence, when known
     video_number: str|None = None # Video-MME's numeric `video_id`, e.g. '001'

@@ -16,7 +16,8 @@ from .core import ConfigError, atomic_write_bytes, where
 __all__ = ['PAPER_RC', 'DECISION_COLORS', 'TYPE_PALETTE', 'VIDEO_MME_TYPES', 'FINAL_LOOK', 'FIGURE_FORMATS', 'FIGURE_DPI',
            'SVG_HASH_SALT', 'FIXED_METADATA', 'MAGIC', 'paper_style', 'decision_color', 'type_color', 'type_colors',
            'by_final_look', 'final_look_label', 'draw_final_marker', 'new_figure', 'finish_figure', 'freeze_layout',
-           'figure_bytes', 'checked_stem', 'save_figure', 'decision_handles', 'confirming_lines', 'fit_side_legends']
+           'figure_bytes', 'checked_stem', 'save_figure', 'decision_handles', 'confirming_lines', 'fit_side_legends',
+           'fit_legend_below', 'mark_epochs']
 
 # %% ../nbs/03a_figures.ipynb #4b20ee75
 PAPER_RC = {'font.size': 9, 'axes.titlesize': 10, 'axes.labelsize': 9, 'xtick.labelsize': 8, 'ytick.labelsize': 8,
@@ -168,3 +169,29 @@ def fit_side_legends(fig:Figure, ax, legends:list, gap:float=0.15) -> Figure:
     fig.tight_layout(rect=(0, 0, max(0.4, 1 - width / fig.get_figwidth()), 1))
     for lg in legends: lg.set_in_layout(True)  # saving with bbox_inches='tight' keeps only artists in the layout
     return fig
+
+def fit_legend_below(fig:Figure, axes, ncol:int=3, gap:float=0.1) -> Figure:
+    "One legend for all `axes` (each label once) below them: the figure grows to hold it, clear of every panel."
+    seen = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()): seen.setdefault(label, h)
+    lg = fig.legend(list(seen.values()), list(seen), loc='lower center', ncol=min(ncol, max(len(seen), 1)),
+                    bbox_to_anchor=(0.5, 0))
+    lg.set_in_layout(False)
+    finish_figure(fig)
+    need = lg.get_window_extent().height / fig.dpi + gap  # inches
+    fig.set_figheight(fig.get_figheight() + need)
+    fig.tight_layout(rect=(0, need / fig.get_figheight(), 1, 1))
+    lg.set_in_layout(True)
+    return fig
+
+# %% ../nbs/03a_figures.ipynb #381a5784
+def mark_epochs(ax, spans:list[tuple] # (epoch, its first step, its last step) per epoch, steps numbered over the run
+               ):
+    "Dotted lines between the epochs, each epoch's name above the axes, and the x axis over every step."
+    for _, first, _ in spans[1:]: ax.axvline(first - 0.5, color='#636363', ls=':', lw=0.8)
+    top = ax.secondary_xaxis('top')
+    top.set_xticks([(first + last) / 2 for _, first, last in spans], [f'epoch {e}' for e, _, _ in spans])
+    top.tick_params(length=0)
+    top.spines['top'].set_visible(False)
+    if spans: ax.set_xlim(0.5, spans[-1][2] + 0.5)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_log.ipynb #e0e18457
 from __future__ import annotations
-import asyncio, json, sqlite3, threading, uuid
+import asyncio, json, re, sqlite3, threading, uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +16,9 @@ from .log_schema import (KINDS, TABLES, Table, table_spec, check_columns, encode
                                 connect, ensure_schema)
 
 # %% auto #0
-__all__ = ['GATE_RUN_MARK', 'FINAL_TEST', 'CALL_STATUSES', 'NO_REPLY_STATUSES', 'HarnessLog', 'insert_sql', 'finish_in_thread',
-           'rows_frame', 'RunRecord', 'check_run_id', 'gate_id', 'glob_literal', 'TrainRunId', 'record_call_sql']
+__all__ = ['GATE_RUN_MARK', 'FINAL_TEST', 'ROLLOUT', 'GATE_ID', 'CALL_STATUSES', 'NO_REPLY_STATUSES', 'HarnessLog', 'insert_sql',
+           'finish_in_thread', 'rows_frame', 'RunRecord', 'check_run_id', 'gate_id', 'gate_step', 'glob_literal',
+           'TrainRunId', 'record_call_sql']
 
 # %% ../nbs/02_log.ipynb #c4741ef6
 class HarnessLog:
@@ -286,10 +287,22 @@ def runs(self:HarnessLog) -> pl.DataFrame:
 # %% ../nbs/02_log.ipynb #34c173c7
 GATE_RUN_MARK = '_gate_' # every gate arm's run id carries it: such runs never feed the ladder's p̂
 FINAL_TEST = '_final_test' # the suffix of a training run's final test (reports and budgets leave it out)
+ROLLOUT = '_rollout' # the suffix of a step's rollout run
 
 def gate_id(epoch:int, step:int|None=None) -> str:
     "A step's gate id `e<epoch>s<step>`, or `e<epoch>` for what happens at the epoch's end."
     return f'e{epoch}' if step is None else f'e{epoch}s{step}'
+
+GATE_ID = re.compile(r'e([1-9][0-9]*)(?:s([1-9][0-9]*))?') # what `gate_id` builds
+
+def gate_step(gate_id:str) -> tuple[int, int|None]:
+    "(epoch, step) of a gate id `gate_id` built (step None for an epoch end's); a `ConfigError` for any other id."
+    m = GATE_ID.fullmatch(gate_id) if isinstance(gate_id, str) else None
+    if m is None:
+        raise ConfigError(where(f'{gate_id!r} is not a training gate id',
+                                'A training run names its gates e<epoch>s<step> (e.g. e1s3), its epoch ends e<epoch>',
+                                field='gate_id'))
+    return int(m[1]), int(m[2]) if m[2] else None
 
 def glob_literal(text:str) -> str:
     "`text` with SQLite GLOB's special characters made literal."
@@ -314,7 +327,17 @@ class TrainRunId:
         return f'{self.rid}_{gate_id}'
     def rollout(self, gate_id:str) -> str:
         "The run of a step's rollout."
-        return f'{self.step(gate_id)}_rollout'
+        return f'{self.step(gate_id)}{ROLLOUT}'
+    def rollout_glob(self) -> str:
+        "A SQLite GLOB pattern matching the run ids of every step's rollout (`rollout`)."
+        return f'{glob_literal(self.rid)}_e*s*{ROLLOUT}'
+    def rollout_gate(self, run_id:str) -> str|None:
+        "The gate id of the step whose rollout is `run_id`; None when `run_id` is none of this run's rollouts."
+        prefix = f'{self.rid}_'
+        if not (run_id.startswith(prefix) and run_id.endswith(ROLLOUT)): return None
+        gate = run_id[len(prefix):-len(ROLLOUT)]
+        m = GATE_ID.fullmatch(gate)
+        return gate if m and m[2] else None
     def evolve(self, gate_id:str) -> str:
         "The run a step's evolver calls are filed under."
         return f'{self.step(gate_id)}_evolve'

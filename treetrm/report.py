@@ -14,19 +14,20 @@ from .core import ConfigError, atomic_write_text, where
 from .data import questions_frame
 from .figures import (FIGURE_FORMATS, checked_stem, confirming_lines, decision_color, decision_handles,
                              figure_bytes, finish_figure, fit_side_legends, new_figure, paper_style, save_figure,
-                             type_colors, FINAL_LOOK, by_final_look, draw_final_marker, final_look_label)
+                             type_colors, FINAL_LOOK, by_final_look, draw_final_marker, final_look_label, mark_epochs)
 from .intervals import clustered_mean, clustered_proportion, interval_label
 from .gate.evalues import TRAIN_ALPHA, e_value_minus, e_value_plus, flip_counts, mcnemar_exact_one_sided
 from .gate.decision import gate_reason, shrunk_delta
-from .log import HarnessLog
+from .log import HarnessLog, TrainRunId, gate_step
+from .report_io import INLINE_DPI, REPORT_TABLE, save_report, show_report, shown_in_full
 
 # %% auto #0
-__all__ = ['GATE_COLUMNS', 'OK_STATUSES', 'ROLE_ORDER', 'ACCURACY_LIMITS', 'EPOCH_COLUMNS', 'INLINE_DPI', 'REPORT_TABLE',
-           'shadow_cell', 'shadow_columns', 'delta_shrunk_note', 'gate_table', 'e_value_trajectories',
-           'with_gate_reasons', 'plot_e_values', 'cost_table', 'pool_frame', 'run_correct', 'accuracy_by_type',
-           'paired_comparison', 'before_after', 'row_labels', 'plot_before_after', 'decision_timeline',
+__all__ = ['GATE_COLUMNS', 'OK_STATUSES', 'ROLE_ORDER', 'ACCURACY_LIMITS', 'EPOCH_COLUMNS', 'shadow_cell', 'shadow_columns',
+           'delta_shrunk_note', 'gate_table', 'e_value_trajectories', 'with_gate_reasons', 'plot_e_values',
+           'cost_table', 'pool_frame', 'run_correct', 'accuracy_by_type', 'paired_comparison', 'before_after',
+           'row_labels', 'plot_before_after', 'training_steps', 'decision_timeline', 'epoch_spans',
            'plot_decision_timeline', 'epoch_frame', 'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report',
-           'decision_counts', 'shadow_agreement', 'final_report', 'shown_in_full', 'show_report', 'save_report']
+           'decision_counts', 'shadow_agreement', 'final_report']
 
 # %% ../nbs/04_report.ipynb #850e40ed
 GATE_COLUMNS = ('gate_id', 'task_type', 'decision', 'w', 'l', 'n_used', 'e_value', 'e_value_harm', 'delta_hat',
@@ -291,25 +292,50 @@ def plot_before_after(ba:pl.DataFrame, # from `before_after`
         return finish_figure(fig)
 
 # %% ../nbs/04_report.ipynb #c3bddf9b
-def decision_timeline(log:HarnessLog, run_id:str, tau:float=0.05) -> pl.DataFrame:
-    "All gate decisions of `run_id` in order: step (gate number), gate id, task type, decision, W, L, n used, δ shrunk."
-    gt = gate_table(log, run_id, tau=tau).filter(pl.col('decision').is_not_null())
-    steps = gt.select('gate_id').unique(maintain_order=True).with_row_index('step', offset=1)
-    return gt.join(steps, on='gate_id', maintain_order='left').select(
-        pl.col('step').cast(pl.Int64), 'gate_id', 'task_type', 'decision', 'w', 'l', 'n_used', 'delta_shrunk')
+def training_steps(log:HarnessLog, run_id:str) -> pl.DataFrame:
+    "epoch, step and training_step (1, 2, … over the whole run) of every step of `run_id` the log knows, gated or not."
+    ids = TrainRunId(run_id)
+    rollouts = log.query('SELECT run_id FROM runs WHERE run_id GLOB ?', (ids.rollout_glob(),))['run_id'].to_list()
+    gates = log.query('SELECT DISTINCT gate_id FROM gate_evidence WHERE run_id = ?', (run_id,))['gate_id'].to_list()
+    last = {}
+    for epoch, step in (gate_step(g) for g in [*map(ids.rollout_gate, rollouts), *gates] if g):
+        last[epoch] = max(last.get(epoch, 0), step or 0)
+    rows = [(e, s) for e in sorted(last) for s in range(1, last[e] + 1)]
+    steps = pl.DataFrame(rows, schema=dict(epoch=pl.Int64, step=pl.Int64), orient='row')
+    return steps.with_columns(training_step=pl.int_range(1, pl.len() + 1, dtype=pl.Int64))
 
-def plot_decision_timeline(timeline:pl.DataFrame, title:str|None=None) -> Figure:
-    "Decisions per gate (x) and task type (y), coloured by decision."
+def decision_timeline(log:HarnessLog, run_id:str, tau:float=0.05) -> pl.DataFrame:
+    "All gate decisions of `run_id` in order: training step, epoch, step, gate id, task type, decision, W, L, δ shrunk."
+    gt = gate_table(log, run_id, tau=tau).filter(pl.col('decision').is_not_null())
+    at = pl.DataFrame([(g, *gate_step(g)) for g in gt['gate_id'].unique()], orient='row',
+                      schema=dict(gate_id=pl.String, epoch=pl.Int64, step=pl.Int64))
+    steps = training_steps(log, run_id)
+    placed = gt.join(at, on='gate_id', maintain_order='left').join(steps, on=['epoch', 'step'], maintain_order='left')
+    return placed.select('training_step', 'epoch', 'step', 'gate_id', 'task_type', 'decision', 'w', 'l', 'n_used',
+                         'delta_shrunk')
+
+def epoch_spans(steps:pl.DataFrame # epoch and training_step of every step (`training_steps`)
+               ) -> list[tuple]:
+    "(epoch, its first training step, its last) of each epoch in `steps`."
+    spans = steps.group_by('epoch').agg(pl.col('training_step').min().alias('first'), pl.col('training_step').max())
+    return spans.sort('epoch').rows()
+
+def plot_decision_timeline(timeline:pl.DataFrame, # from `decision_timeline`
+                           title:str|None=None,
+                           steps:pl.DataFrame|None=None # every step of the run (`training_steps`); None: the gated ones
+                          ) -> Figure:
+    "Decisions per training step (x, epochs marked) and task type (y), coloured by decision."
     types = sorted(timeline['task_type'].unique().to_list())
     with paper_style():
-        fig, ax = new_figure(5.5, 0.35*max(len(types), 1) + 1.4)
-        ax.scatter(timeline['step'], [types.index(t) for t in timeline['task_type']], s=50,
+        fig, ax = new_figure(5.5, 0.35*max(len(types), 1) + 1.6)
+        ax.scatter(timeline['training_step'], [types.index(t) for t in timeline['task_type']], s=50,
                    c=[decision_color(d) for d in timeline['decision']], edgecolor='k', lw=0.4)
         ax.set_yticks(range(len(types)), types)
         ax.set_ylim(-0.6, len(types) - 0.4)
-        ax.set(xlabel='gate (training step)', title=title or 'Gate decisions')
-        if timeline.height: ax.set_xticks(sorted(timeline['step'].unique().to_list()))
-        else: ax.text(0.5, 0.5, 'no gates yet', ha='center', va='center', transform=ax.transAxes)
+        ax.set(xlabel='training step (every step of the run, gated or not)', title=title or 'Gate decisions')
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        mark_epochs(ax, epoch_spans(timeline if steps is None else steps))
+        if timeline.height == 0: ax.text(0.5, 0.5, 'no gates yet', ha='center', va='center', transform=ax.transAxes)
         ax.legend(handles=decision_handles(sorted(timeline['decision'].unique().to_list())), loc='upper left',
                   bbox_to_anchor=(1.01, 1))
         return finish_figure(fig)
@@ -318,35 +344,52 @@ def plot_decision_timeline(timeline:pl.DataFrame, title:str|None=None) -> Figure
 EPOCH_COLUMNS = ('epoch', 'rollout_accuracy', 'validation_accuracy')
 
 def epoch_frame(epochs) -> pl.DataFrame:
-    "Epoch metrics checked and sorted, with `best_accuracy` (running max of R) added when missing."
+    "Epoch metrics checked and sorted, with `best_accuracy` (the running best validation accuracy) when missing."
     epochs = epochs if isinstance(epochs, pl.DataFrame) else pl.DataFrame(epochs)
     if missing := [c for c in EPOCH_COLUMNS if c not in epochs.columns]:
         raise ConfigError(
             where(f'epoch metrics lack columns {missing}', f'Give one row per epoch with {", ".join(EPOCH_COLUMNS)}',
                   field='epochs'))
-    epochs = epochs.sort('epoch')
+    epochs = epochs.sort('epoch').with_columns(pl.col(*EPOCH_COLUMNS[1:]).cast(pl.Float64))
     if 'best_accuracy' not in epochs.columns:
         epochs = epochs.with_columns(best_accuracy=pl.col('validation_accuracy').cum_max())
     return epochs
 
 def best_steps(e:pl.DataFrame) -> tuple[list, list]:
-    "The best-R step line's points: each epoch's level, the last one held half an epoch further."
-    x, y = e['epoch'].to_list(), e['best_accuracy'].to_list()
-    return x + [v + 0.5 for v in x[-1:]], y + y[-1:]
+    "The points of the best-so-far step line: each epoch's level, up to the last epoch and not past it."
+    return e['epoch'].to_list(), e['best_accuracy'].to_list()
 
-def plot_accuracy_curves(epochs:pl.DataFrame, title:str|None=None) -> Figure:
-    "Rollout accuracy, full-validation accuracy R and the best R against the epoch."
+def _draw_test(ax, x:float, test:dict, labels:tuple):
+    "The final test at `x`, past a dotted line: both runs' test-pool accuracy with their clustered intervals."
+    ax.axvline(x - 0.5, color='#636363', ls=':', lw=0.8)
+    for off, arm, color, label in ((-0.12, 'before', '#9e9e9e', labels[0]), (0.12, 'after', '#1f4e79', labels[1])):
+        acc, lo, hi = (test[f'{c}_{arm}'] for c in ('accuracy', 'ci_low', 'ci_high'))
+        ax.errorbar([x + off], [acc], yerr=[[acc - lo], [hi - acc]], fmt='D', color=color, capsize=2, lw=1,
+                    label=f'test pool: {label}, 95% interval')
+
+def plot_accuracy_curves(epochs:pl.DataFrame, # from `epoch_frame` (epoch 0: the start skills)
+                         title:str|None=None,
+                         test:dict|None=None, # the final test: `before_after`'s ALL row on the test pool
+                         labels:tuple=('seed skills', 'delivered skills') # the final test's two runs
+                        ) -> Figure:
+    "Accuracy on the training mini-batches, on the validation pool and its best so far by epoch; the final test."
     e = epoch_frame(epochs)
+    roll = e.filter(pl.col('rollout_accuracy').is_not_null())
     with paper_style():
-        fig, ax = new_figure(4.5, 3.0)
-        ax.plot(e['epoch'], e['rollout_accuracy'], marker='o', color='#9e9e9e', label='rollout (mini-batches)')
-        ax.plot(e['epoch'], e['validation_accuracy'], marker='o', color='#1f4e79', label='validation R')
-        ax.step(*best_steps(e), where='post', color='#1b7837', ls='--', label='best R')
-        ax.set_xticks(e['epoch'].to_list())
-        if e.height: ax.set_xlim(e['epoch'].min() - 0.5, e['epoch'].max() + 0.5)
-        ax.set(xlabel='epoch', ylabel='accuracy', title=title or 'Accuracy over epochs')
-        ax.legend()
-        return finish_figure(fig)
+        fig, ax = new_figure(5.5, 3.0)
+        ax.plot(roll['epoch'], roll['rollout_accuracy'], marker='o', color='#9e9e9e', label='training mini-batches')
+        ax.plot(e['epoch'], e['validation_accuracy'], marker='o', color='#1f4e79', label='validation pool')
+        ax.step(*best_steps(e), where='post', color='#1b7837', ls='--', marker='.', label='best validation so far')
+        ticks = e['epoch'].to_list()
+        names = ['start' if x == 0 else str(x) for x in ticks]
+        if test is not None:
+            ticks, names = ticks + [max(ticks, default=0) + 1], names + ['final\ntest']
+            _draw_test(ax, ticks[-1], test, labels)
+        ax.set_xticks(ticks, names)
+        if ticks: ax.set_xlim(min(ticks) - 0.5, max(ticks) + 0.5)
+        ax.set(xlabel='epoch (start: the skills before training)', ylabel='accuracy',
+               title=title or 'Accuracy over epochs')
+        return fit_side_legends(fig, ax, [ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1))])
 
 # %% ../nbs/04_report.ipynb #88f649d3
 def step_report(log:HarnessLog, # the harness log
@@ -380,15 +423,18 @@ def epoch_report(log:HarnessLog, # the harness log
                  tau:float=0.05, # GateParams.tau, for δ shrunk
                  cost_runs:str|list|None=None, # runs whose calls count; None = all
                  labels:tuple=('before', 'after'), # legend names of the two runs' skills, e.g. ('seed skills', 'v4')
-                 pool:str='validation pool' # the pool's name in the before/after title
+                 pool:str='validation pool', # the pool's name in the before/after title
+                 last_epoch:int|None=None # the timeline up to this epoch (a past epoch's report); None: all of it
                 ) -> dict:
     "Accuracy curves, per-type before/after with clustered intervals, decision timeline and cost by role."
+    so_far = pl.col('epoch') <= (last_epoch if last_epoch is not None else math.inf)
     ba, tl = before_after(log, run_before, run_after, questions, level), decision_timeline(log, run_id, tau)
+    tl, steps = tl.filter(so_far), training_steps(log, run_id).filter(so_far)
     ba_figure = plot_before_after(ba, labels, title=f'Accuracy by task type, {pool}')
     return {'epochs': epoch_frame(epochs), 'accuracy_curves': plot_accuracy_curves(epochs),
             'before_after': ba, 'before_after_figure': ba_figure,
             'decision_timeline': tl, 'notes': delta_shrunk_note(tau),
-            'timeline_figure': plot_decision_timeline(tl), 'cost': cost_table(log, cost_runs)}
+            'timeline_figure': plot_decision_timeline(tl, steps=steps), 'cost': cost_table(log, cost_runs)}
 
 # %% ../nbs/04_report.ipynb #c6c48360
 def decision_counts(timeline:pl.DataFrame) -> pl.DataFrame:
@@ -424,77 +470,14 @@ def final_report(log:HarnessLog, # the harness log
                  level:float=0.95, tau:float=0.05, cost_runs:str|list|None=None,
                  labels:tuple=('seed skills', 'delivered skills') # legend names of the two runs
                 ) -> dict:
-    "The epoch report on the test pool, plus the paired comparison, decision counts and shadow-rule agreement."
+    "The epoch report on the test pool, the final test beside the curves, paired comparison, decisions, shadow rules."
     rep = epoch_report(log, run_id, epochs, questions, baseline_run, final_run, level, tau, cost_runs, labels,
                        'test pool')
+    test = rep['before_after'].filter(pl.col('task_type') == 'ALL').row(0, named=True)
+    curves = plot_accuracy_curves(epochs, 'Accuracy over epochs, and the final test', test, labels)
     return {
-        **rep, 'paired_comparison': paired_comparison(log, baseline_run, final_run, questions, level),
+        **rep, 'accuracy_curves': curves,
+        'paired_comparison': paired_comparison(log, baseline_run, final_run, questions, level),
         'decision_counts': decision_counts(rep['decision_timeline']),
         'shadow_agreement': shadow_agreement(gate_table(log, run_id, tau=tau))
     }
-
-# %% ../nbs/04_report.ipynb #c1227be8
-INLINE_DPI = 120 # resolution of figures shown inline
-REPORT_TABLE = dict(fmt_str_lengths=120, tbl_cols=16, tbl_rows=40, tbl_width_chars=200)  # how report frames are shown
-
-def shown_in_full():
-    "polars settings under which a report's frames show their columns and their reasons whole (`REPORT_TABLE`)."
-    return pl.Config(**REPORT_TABLE)
-
-def _display():
-    try:
-        from IPython import get_ipython
-        from IPython.display import display, Image, Markdown
-    except ImportError: return None
-    return (display, Image, Markdown) if get_ipython() is not None else None
-
-def show_report(report:dict, # name -> DataFrame or Figure, e.g. from `step_report`
-                title:str|None=None): # a heading shown first
-    "Display a report's frames and figures inline (IPython), or print its frames elsewhere."
-    shown = _display()
-    if shown is None: return _print_report(report, title)
-    display, Image, Markdown = shown
-    if title: display(Markdown(f'### {title}'))
-    with shown_in_full():
-        for name, item in report.items(): _display_item(display, Image, Markdown, name, item)
-
-def _display_item(display, Image, Markdown, name:str, item):
-    "Show one report entry under its name: a figure as PNG, a note as Markdown, a frame as itself."
-    display(Markdown(f'**{name}**'))
-    if isinstance(item, Figure):
-        display(Image(data=figure_bytes(item, 'png', INLINE_DPI), format='png'))
-        _close(item)
-    elif isinstance(item, str): display(Markdown(item))
-    else: display(item)
-
-def _print_report(report:dict, title:str|None):
-    if title: print(title)
-    with shown_in_full():
-        for name, item in report.items():
-            if isinstance(item, (pl.DataFrame, str)):
-                print(name)
-                print(item)
-
-def _close(fig:Figure):
-    "Close `fig` in pyplot if pyplot manages it (figures made here are not registered there)."
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-
-# %% ../nbs/04_report.ipynb #97f19767
-def save_report(report:dict, # name -> DataFrame or Figure
-                out_dir:str|Path, # folder, e.g. the run's figures/ or reports/
-                prefix:str='', # file-name prefix, e.g. 'e1_s3_'
-                formats=FIGURE_FORMATS) -> dict[str, list[Path]]:
-    "Write each figure as PDF/PNG/SVG, each frame as CSV and each note as Markdown under `out_dir`; entry -> paths."
-    out = {}
-    for name, item in report.items():
-        stem = checked_stem(f'{prefix}{name}')
-        if isinstance(item, Figure): out[name] = list(save_figure(item, stem, out_dir, formats).values())
-        elif isinstance(item, pl.DataFrame):
-            out[name] = [atomic_write_text(Path(out_dir) / f'{stem}.csv', item.write_csv())]
-        elif isinstance(item, str): out[name] = [atomic_write_text(Path(out_dir) / f'{stem}.md', item + '\n')]
-        else:
-            raise ConfigError(
-                where(f'report entry {name!r} is a {type(item).__name__}',
-                      'A report holds polars DataFrames, matplotlib Figures and notes (text)', field=name))
-    return out

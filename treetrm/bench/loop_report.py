@@ -7,18 +7,22 @@ from __future__ import annotations
 import math, time
 from dataclasses import asdict
 from pathlib import Path
+import numpy as np
 import polars as pl
 from scipy.stats import t as t_dist
 from matplotlib.figure import Figure
+from matplotlib.transforms import ScaledTranslation
 from ..core import atomic_write_json, from_root
 from .rules import BENCH_RULES, BAR_RULES, HELD_RULES, RULE_DESCRIPTIONS, rule_style
 from .grid import CellSpec, BenchSettings, val_units, cell_mixture
-from .. import figures, report
+from .. import figures
+from ..report_io import percent_view, show_report
 
 # %% auto #0
-__all__ = ['mean_ci', 'harm_measures', 'run_record', 'share_of', 'acceptance_by_effect', 'rule_summary', 'verdict',
-           'cell_summary', 'grid_summary', 'grid_bar', 'pooled_rows', 'plot_frontier', 'plot_budget', 'plot_pooled',
-           'loop_table', 'write_loop_bench', 'show_loop_bench', 'bar_table']
+__all__ = ['PANEL_INCHES', 'DODGE_POINTS', 'VERDICT_SCHEMA', 'mean_ci', 'harm_measures', 'run_record', 'share_of',
+           'acceptance_by_effect', 'rule_summary', 'verdict', 'cell_summary', 'grid_summary', 'grid_bar', 'pooled_rows',
+           'side_by_side', 'dodged_errorbar', 'plot_frontier', 'budget_curve', 'plot_budget', 'plot_pooled',
+           'loop_table', 'write_loop_bench', 'verdict_table', 'show_loop_bench', 'bar_table']
 
 # %% ../../nbs/bench/01c_loop_report.ipynb #7548cb68
 def mean_ci(xs:list[float], level:float=0.95) -> dict:
@@ -155,46 +159,83 @@ def pooled_rows(cells:list[dict]) -> list[dict]:
     return out
 
 # %% ../../nbs/bench/01c_loop_report.ipynb #43b3fa60
-def _cell_title(c:dict) -> str:
+PANEL_INCHES = (2.33, 2.4) # one cell's panel: three across a 7-inch page, each readable at print size
+DODGE_POINTS = 3.5 # rules at the same x are spread this far apart (points), in rule order
+
+def _cell_title(c:dict, sep:str=', ') -> str:
     w = c['world']
     r = w.get('realism', {})
-    return (f"{r.get('effects', w.get('profile'))}, flips {r.get('flip_rate', '-')}, {w['n_videos']} videos, "
+    return (f"{r.get('effects', w.get('profile'))}, flips {r.get('flip_rate', '-')}{sep}{w['n_videos']} videos, "
             f"budget {c['budget']}")
 
+def _panels(n:int, height:float=PANEL_INCHES[1]):
+    "A figure of `n` panels, three a row (one panel a column wide): (figure, the axes in use)."
+    ncols = min(3, n)
+    width, row = (3.4, max(height, 2.8)) if n == 1 else (PANEL_INCHES[0] * 3, height)
+    fig = Figure(figsize=(width, row * math.ceil(n / ncols)))
+    axes = fig.subplots(math.ceil(n / ncols), ncols, squeeze=False).ravel()
+    for ax in axes[n:]: ax.axis('off')
+    return fig, list(axes[:n])
+
+def _label_edges(axes:list, xlabel:str, ylabel:str='true test gain (points)'):
+    "The y label on each row's first panel, the x label on each column's last panel."
+    ncols = min(3, len(axes))
+    for k, ax in enumerate(axes):
+        if k % ncols == 0: ax.set_ylabel(ylabel)
+        if k + ncols >= len(axes): ax.set_xlabel(xlabel)
+
+def side_by_side(xs) -> list[tuple[int, int]]:
+    "(place, group size) of each x among the values equal to it: a point with its x to itself is drawn where it is."
+    keys = [round(float(x), 9) for x in xs]
+    return [(keys[:i].count(key), keys.count(key)) for i, key in enumerate(keys)]
+
+def dodged_errorbar(ax, x, y, lo, hi, # points and their interval ends (arrays, data units)
+                    k:int, n:int, # the rule's place among the panel's `n` rules
+                    **style):
+    "Points with intervals, shifted sideways as the `k`-th of `n` (`DODGE_POINTS` apart) so equal x values all show."
+    x, y, lo, hi = (np.atleast_1d(np.asarray(a, dtype=float)) for a in (x, y, lo, hi))
+    shift = ScaledTranslation((k - (n - 1) / 2) * DODGE_POINTS / 72, 0, ax.figure.dpi_scale_trans)
+    ax.errorbar(x, y, yerr=[y - lo, hi - y], capsize=2, transform=ax.transData + shift, **style)
+    ax.update_datalim(np.column_stack([np.r_[x, x], np.r_[lo, hi]]))  # a shifted artist does not autoscale
+    ax.autoscale_view()
+
 def _cell_panels(cells:list[dict], draw, xlabel:str) -> Figure:
-    "A figure of a panel per cell, three a row: `draw(ax, cell)` draws its rules over the gain axis; one legend."
+    "A panel per cell, three a row: `draw(ax, cell)` draws its rules over the gain axis; one legend below them all."
     with figures.paper_style():
-        fig = Figure(figsize=(3.2 * min(3, len(cells)), 2.8 * math.ceil(len(cells) / 3)))
-        axes = fig.subplots(math.ceil(len(cells) / 3), min(3, len(cells)), squeeze=False).ravel()
+        fig, axes = _panels(len(cells))
         for ax, c in zip(axes, cells):
             draw(ax, c)
             ax.axhline(0, color='#444444', lw=0.6)
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel('true test gain (points)')
-            ax.set_title(_cell_title(c), fontsize=7)
-        for ax in axes[len(cells):]: ax.axis('off')
-        axes[0].legend(fontsize=5, loc='best')
-        return figures.finish_figure(fig)
+            ax.set_title(_cell_title(c, '\n'), fontsize='small')
+        _label_edges(axes, xlabel)
+        return figures.fit_legend_below(fig, axes)
 
-def _gain_with_interval(ax, risk:float, gain:float, lo:float, hi:float, rule:str):
-    "One rule's point: gain with its 95% interval over risk."
-    ax.errorbar(risk, gain, yerr=[[gain - lo], [hi - gain]], fmt='o', ms=4, capsize=2, lw=0.8, **rule_style(rule))
 
 def plot_frontier(summary:dict) -> Figure:
     "Per cell: mean true gain (95% interval) against P(delivered worse than seed), one point per rule."
     def draw(ax, c):
-        for rule, v in c['rules'].items():
-            _gain_with_interval(ax, v['p_worse_than_seed'], v['gain']['mean'], *v['gain']['ci'], rule)
-        ax.set_xlim(-0.05, 1.05)
-    return _cell_panels(summary['cells'], draw, 'P(delivered worse than seed)')
+        places = side_by_side(v['p_worse_than_seed'] for v in c['rules'].values())
+        for (rule, v), (k, n) in zip(c['rules'].items(), places):
+            dodged_errorbar(ax, v['p_worse_than_seed'], v['gain']['mean'], *v['gain']['ci'], k, n, fmt='o', ms=4,
+                            lw=0.8, **rule_style(rule))
+        ax.set_xlim(-0.25, 1.25)  # room for the side-by-side rules at 0 and at 1
+        ax.set_xticks([0, 0.5, 1])
+    return _cell_panels(summary['cells'], draw, 'P(delivered worse than seed)\n(rules at equal risk side by side)')
+
+def budget_curve(v:dict) -> list[tuple]:
+    "A rule's gain at each multiple of the budget: (multiple, mean, low, high), a t interval over its world seeds."
+    xs = sorted(v['gain_by_budget'], key=float)
+    ci = {x: mean_ci([r['gain_by_budget'][x] for r in v['runs']]) for x in xs}
+    return [(float(x), ci[x]['mean'], *ci[x]['ci']) for x in xs]
 
 def plot_budget(summary:dict) -> Figure:
-    "Per cell: mean true gain of each rule at each multiple of the budget."
+    "Per cell: each rule's mean true gain (95% interval over world seeds) at each multiple of the budget."
     def draw(ax, c):
-        for rule, v in c['rules'].items():
-            xs = sorted(v['gain_by_budget'], key=float)
-            ax.plot([float(x) * c['budget'] for x in xs], [v['gain_by_budget'][x] for x in xs], marker='o', ms=3,
-                    lw=1, **rule_style(rule))
+        for k, (rule, v) in enumerate(c['rules'].items()):
+            x, m, lo, hi = (np.array(a) for a in zip(*budget_curve(v)))
+            dodged_errorbar(ax, x * c['budget'], m, lo, hi, k, len(c['rules']), marker='o', ms=3, lw=1,
+                            **rule_style(rule))
+        ax.margins(x=0.2)
     return _cell_panels(summary['cells'], draw, 'budget (calls, all roles)')
 
 def plot_pooled(summary:dict) -> Figure:
@@ -202,17 +243,19 @@ def plot_pooled(summary:dict) -> Figure:
     rows = pooled_rows(summary['cells'])
     sizes = list(dict.fromkeys(r['units'] for r in rows))
     with figures.paper_style():
-        fig = Figure(figsize=(3.4 * len(sizes), 3.0))
-        for ax, size in zip(fig.subplots(1, len(sizes), squeeze=False).ravel(), sizes):
-            for r in (r for r in rows if r['units'] == size):
-                _gain_with_interval(ax, r['p_worse'], r['gain'], r['gain_lo'], r['gain_hi'], r['rule'])
+        fig, axes = _panels(len(sizes), height=2.6)
+        for ax, size in zip(axes, sizes):
+            mine = [r for r in rows if r['units'] == size]
+            for r, (k, n) in zip(mine, side_by_side(r['p_worse'] for r in mine)):
+                dodged_errorbar(ax, r['p_worse'], r['gain'], r['gain_lo'], r['gain_hi'], k, n, fmt='o', ms=4, lw=0.8,
+                                **rule_style(r['rule']))
             ax.axhline(0, color='#444444', lw=0.6)
             ax.axvline(0.05, color='#999999', lw=0.6, ls=':')  # the acceptance bar's pooled risk
-            ax.set_xlabel('P(delivered worse than seed); dotted: 5%')
-            ax.set_ylabel('true test gain (points)')
-            ax.set_title(f'{size} validation units per type, pooled over cells', fontsize=7)
-            ax.legend(fontsize=5, loc='best')
-        return figures.finish_figure(fig)
+            ax.margins(x=0.2)
+            ax.autoscale_view()
+            ax.set_title(f'{size} validation units per type,\npooled over cells', fontsize='small')
+        _label_edges(axes, 'P(delivered worse than seed)\n(dotted: 5%; equal risks side by side)')
+        return figures.fit_legend_below(fig, axes)
 
 # %% ../../nbs/bench/01c_loop_report.ipynb #2e562f86
 def loop_table(summary:dict) -> pl.DataFrame:
@@ -238,16 +281,23 @@ def write_loop_bench(summary:dict, out:str|Path # the JSON file; relative paths 
     atomic_write_json(path, summary | dict(pooled=pooled_rows(summary['cells']), figures=files), indent=1)
     return path
 
+VERDICT_SCHEMA = dict(cell=pl.Int64, world=pl.String, compared=pl.Boolean, best_other=pl.String,
+                      gain_at_least_best_other=pl.Boolean, risk_at_most_every_other=pl.Boolean,
+                      harm_at_most_every_other=pl.Boolean, share_of_oracle=pl.Float64) # `verdict_table`'s columns
+
+def verdict_table(summary:dict) -> pl.DataFrame:
+    "The gate's verdict per cell (`verdict`), typed: checks as booleans (null when not compared), shares as numbers."
+    rows = [dict(cell=i, world=_cell_title(c)) | c['verdict'] for i, c in enumerate(summary['cells'])]
+    return pl.DataFrame(rows, schema=VERDICT_SCHEMA)
+
 def show_loop_bench(summary:dict):
-    "Display the table and the figures inline."
-    verdicts = pl.DataFrame([
-        dict(cell=i, world=_cell_title(c), **{k: str(v)
-                                              for k, v in c['verdict'].items()}) for i, c in enumerate(summary['cells'])
-    ])
-    report.show_report(
+    "Display the tables (shares of the oracle as percentages) and the figures inline."
+    pooled = pl.DataFrame(pooled_rows(summary['cells'])).with_columns(pl.col(pl.Float64).round(3))
+    show_report(
         {
-            'table': loop_table(summary), 'verdict': verdicts, 'bar': bar_table(summary),
-            'pooled': pl.DataFrame(pooled_rows(summary['cells'])).with_columns(pl.col(pl.Float64).round(3)),
+            'table': loop_table(summary), 'verdict': percent_view(verdict_table(summary), 'share_of_oracle'),
+            'bar': percent_view(bar_table(summary), 'share_of_oracle'),
+            'pooled': percent_view(pooled, 'share_of_oracle'),
             'frontier': plot_frontier(summary), 'pooled frontier': plot_pooled(summary), 'budget': plot_budget(summary)
         }, 'loop benchmark')
 

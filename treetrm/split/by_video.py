@@ -14,8 +14,8 @@ from ..core import ConfigError, DataError, read_yaml, stable_seed, where
 from ..data import Question, build_units
 
 # %% auto #0
-__all__ = ['SPLIT_KEYS', 'SIGNALS', 'POOLS', 'SplitConfig', 'load_split_config', 'signal_of', 'signal_labels', 'VideoGroup',
-           'video_groups', 'Dimensions', 'dimensions', 'pool_gap', 'seeded_order', 'pool_sizes',
+__all__ = ['SPLIT_KEYS', 'SIGNALS', 'SIGNAL_MEANINGS', 'POOLS', 'SplitConfig', 'load_split_config', 'signal_of', 'signal_labels',
+           'VideoGroup', 'video_groups', 'Dimensions', 'dimensions', 'pool_gap', 'seeded_order', 'pool_sizes',
            'check_floors_possible', 'select_floor_videos', 'fill_trainval', 'validation_count', 'split_trainval',
            'validation_capacity', 'Assignment', 'Split', 'assign', 'check_split', 'validation_wrong', 'check_power',
            'build_split']
@@ -89,6 +89,11 @@ def load_split_config(src # a SplitConfig, a dict, or a YAML file path
 
 # %% ../../nbs/split/00_by_video.ipynb #dc103903
 SIGNALS = ('T0', 'T1', 'T2', 'degraded') # per-question labels of a wrong answer; None = answered right
+SIGNAL_MEANINGS = {  # what each of SIGNALS says about a baseline wrong answer
+    'T0': 'an INFRA failure or an empty answer (not judged)',
+    'T1': 'a lapse: the skills had what was needed and the agent did not use it',
+    'T2': 'a skill defect: followed faithfully, the skills would not have found the evidence',
+    'degraded': 'the judge could not diagnose it'}
 
 def _rows(table) -> list[dict]:
     if table is None: return []

@@ -22,16 +22,21 @@ from ..agent.navigate import INFRA_STOP_REASONS
 from ..log import HarnessLog
 from ..agent.skills import load_skill_dir
 from ..gate.power import POWER, POWER_NOTE, power_warnings
-from .by_video import (POOLS, SIGNALS, Assignment, Split, SplitConfig, build_split, load_split_config,
-                                 pool_sizes, validation_wrong)
+from matplotlib.figure import Figure
+from matplotlib.ticker import PercentFormatter
+from ..data import DIFFICULTIES
+from ..figures import finish_figure, paper_style
+from ..report_io import show_report
+from .by_video import (POOLS, SIGNALS, SIGNAL_MEANINGS, Assignment, Split, SplitConfig, build_split,
+                                 load_split_config, pool_sizes, validation_wrong)
 
 # %% auto #0
-__all__ = ['POOLS_FORMAT', 'DISCORDANCE_FILE', 'DISCORDANCE_FORMAT', 'REDRAW_QUESTIONS', 'MIN_TYPE_UNITS', 'pools_document',
-           'pools_bytes', 'split_manifest', 'write_split', 'load_split', 'pool_summary', 'pool_distribution',
-           'plot_pools', 'pools_dir', 'has_pools', 'forecast_line', 'SplitPlan', 'split_forecast', 'plan_split',
-           'redraw_run_id', 'redraw_sample', 'discordance_counts', 'discordance_document', 'type_discordance',
-           'discordance_frame', 'read_discordance', 'measure_discordance', 'existing_split', 'checked_split',
-           'split_log', 'run_split', 'show_split']
+__all__ = ['POOLS_FORMAT', 'POOL_COLORS', 'DISCORDANCE_FILE', 'DISCORDANCE_FORMAT', 'REDRAW_QUESTIONS', 'MIN_TYPE_UNITS',
+           'pools_document', 'pools_bytes', 'split_manifest', 'write_split', 'load_split', 'signals_note',
+           'pool_summary', 'pool_distribution', 'plot_pools', 'pools_dir', 'has_pools', 'forecast_line', 'SplitPlan',
+           'split_forecast', 'plan_split', 'redraw_run_id', 'redraw_sample', 'discordance_counts',
+           'discordance_document', 'type_discordance', 'discordance_frame', 'read_discordance', 'measure_discordance',
+           'existing_split', 'checked_split', 'split_log', 'run_split', 'show_split']
 
 # %% ../../nbs/split/01_stage.ipynb #92004b34
 POOLS_FORMAT = 'treetrm-pools/1'
@@ -98,8 +103,13 @@ def load_split(out_dir:str|Path) -> Split:
     return Split(rows, load_split_config(doc['config']), doc['diag_fingerprint'], doc['baseline_run_id'])
 
 # %% ../../nbs/split/01_stage.ipynb #218b4cc7
+def signals_note() -> str:
+    "How to read a pool summary's signal columns: what each label of a baseline wrong answer means."
+    return ('Signal columns count the baseline\'s wrong answers by the judge\'s diagnosis: '
+            + '; '.join(f'{s} = {m}' for s, m in SIGNAL_MEANINGS.items()) + '.')
+
 def pool_summary(split:Split) -> pl.DataFrame:
-    "Per pool: videos, questions, baseline accuracy and signal counts."
+    "Per pool: videos, questions, baseline accuracy and signal counts (`signals_note` says what they mean)."
     f = split.frame()
     sig = [(pl.col('signal') == s).sum().alias(s) for s in SIGNALS]
     order = pl.col('pool').replace_strict({p: i for i, p in enumerate(POOLS)}, return_dtype=pl.Int64)
@@ -114,22 +124,28 @@ def pool_distribution(split:Split, by:str='task_type') -> pl.DataFrame:
     share = lambda d, name: d.group_by(by).agg(pl.len().alias(name)).with_columns(pl.col(name) / d.height)
     out = share(f, 'benchmark')
     for p in POOLS: out = out.join(share(f.filter(pl.col('pool') == p), p), on=by, how='left')
-    return out.fill_null(0.0).sort(by)
+    known = {d: i for i, d in enumerate(DIFFICULTIES)} if by == 'difficulty' else {}  # easy, medium, hard
+    rank = pl.col(by).replace_strict(known, default=len(known), return_dtype=pl.Int64)
+    return out.fill_null(0.0).sort(rank, pl.col(by) == '(none)', by)
 
 # %% ../../nbs/split/01_stage.ipynb #a1d6d97b
-def plot_pools(split:Split):
-    "Bar charts of each pool's task-type and difficulty shares against the benchmark; returns the figure."
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={'width_ratios': [3, 1]})
-    for ax, by in zip(axes, ('task_type', 'difficulty')):
-        d, cols = pool_distribution(split, by), ('benchmark', *POOLS)
-        x, w = np.arange(d.height), 0.8 / len(cols)
-        for i, c in enumerate(cols): ax.bar(x + i * w, d[c].to_numpy(), w, label=c)
-        ax.set_xticks(x + 0.4 - w / 2, d[by].to_list(), rotation=30, ha='right', fontsize=8)
-        ax.set_title(f'share by {by}')
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+POOL_COLORS = {'benchmark': '#bdbdbd', 'test': '#1f4e79', 'validation': '#6a9fcf', 'diagnosis': '#c98b2b'}
+
+def plot_pools(split:Split) -> Figure:
+    "Bars of each pool's share of its questions per task type and per difficulty, beside the benchmark's."
+    with paper_style():
+        fig = Figure(figsize=(7.0, 3.2))
+        axes = fig.subplots(1, 2, gridspec_kw={'width_ratios': [3, 1]})
+        for ax, by, name in zip(axes, ('task_type', 'difficulty'), ('task type', 'difficulty')):
+            d, cols = pool_distribution(split, by), ('benchmark', *POOLS)
+            x, w = np.arange(d.height), 0.8 / len(cols)
+            for i, c in enumerate(cols): ax.bar(x + i * w, d[c].to_numpy(), w, label=c, color=POOL_COLORS[c])
+            ax.set_xticks(x + 0.4 - w / 2, d[by].to_list(), rotation=30, ha='right')
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.set(title=f'by {name}', xlabel=name)
+        axes[0].set_ylabel("share of the pool's questions")
+        axes[1].legend(loc='upper left', bbox_to_anchor=(1.02, 1), title='questions of')
+        return finish_figure(fig)
 
 # %% ../../nbs/split/01_stage.ipynb #800215f3
 def pools_dir(workspace:str|Path) -> Path:
@@ -403,10 +419,6 @@ def show_split(result, # a `Split` or a `SplitPlan` from `run_split`
         print(POWER_NOTE.format(power=POWER))
         display(power)
         for line in power_warnings(power.to_dicts()): print(f'WARNING: {line}')
-    import matplotlib.pyplot as plt
-    for frame in (pool_summary(result), pool_distribution(result, 'task_type'), pool_distribution(result,
-                                                                                                  'difficulty')):
-        display(frame)
-    fig = plot_pools(result)
-    display(fig)
-    plt.close(fig)
+    show_report({'pools': pool_summary(result), 'signals': signals_note(),
+                 'task types': pool_distribution(result, 'task_type'),
+                 'difficulty': pool_distribution(result, 'difficulty'), 'shares': plot_pools(result)})

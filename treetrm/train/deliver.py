@@ -71,6 +71,7 @@ def run_metrics(ws:Workspace, run:TrainRun, state:TrainState, final:str, # the f
                 decisions=decision_tally(state.decisions), confirmed_rules=confirmed_rule_counts(state.decisions),
                 gated_task_types=sorted(run.gated), forecast=state.forecast, power=state.forecast.get('power', []),
                 actual=actual_usage(role_usage(ws.log, ws.run_ids(run.rid)), state.forecast),
+                report_settings=run.report_settings(),
                 decision_fingerprint=decision_fingerprint(state.decisions))
 
 def delivered_version(config:TrainConfig, state:TrainState) -> str:

@@ -152,6 +152,10 @@ class TrainRun:
         "Task type -> the E+ level that confirms its edits in this run (what the step report draws)."
         level = lambda t: math.exp(confirm_log_threshold(replace(self.config.gate, evidence_cap=self.evidence_cap(t))))
         return {t: level(t) if self.config.calibrate else 1/self.config.gate.alpha for t in sorted(self.gated)}
+    def report_settings(self) -> dict:
+        "What the run's step and epoch reports take besides the log (kept in metrics.json, so `export` redraws them)."
+        gate = self.config.gate
+        return dict(thresholds=self.thresholds(), alpha=gate.alpha, alpha_final=gate.alpha_final, tau=gate.tau)
     def event(self, name:str, **info):
         "Tell `on_event`, if any, that `name` happened."
         if self.on_event: self.on_event(name, info)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import os, platform, re, shutil, sys, tempfile, uuid, warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 import polars as pl
 from fastcore.basics import patch
 from ..core import (ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes, package_dir,
                           sha256_file)
 from ..agent.versions import load_manifest
-from ..log import FINAL_TEST, TrainRunId, check_run_id, gate_id
+from ..log import FINAL_TEST, TrainRunId, check_run_id, gate_id, gate_step
 from ..agent.inference import InferenceResult, answer_health, call_errors, seed_probe, seed_probe_note
 from .settings import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
 from .checkpoint import TrainState, load_checkpoint
@@ -81,42 +81,75 @@ def with_prices(self:Runner, rep:dict) -> dict:
 STEP_DECISION_COLUMNS = ('task_type', 'decision', 'reason', 'w', 'l', 'n_used', 'e_value', 'version')  # a step's table
 
 @patch
+def step_report(self:Runner, rid:str, # the training run's internal id
+                gate_id:str, # the step's gate
+                settings:dict # the run's `TrainRun.report_settings`
+               ) -> dict:
+    "The report of a gated step, from the log: its gate table, the e-value figure, cost so far."
+    epoch, step = gate_step(gate_id)
+    return report.step_report(self.log, rid, gate_id, settings['alpha'], settings['tau'], cost_runs=self.run_ids(rid),
+                              thresholds=settings['thresholds'], alpha_final=settings['alpha_final'],
+                              title=f'Epoch {epoch}, step {step}: gate evidence per task type')
+
+@patch
 def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
-    "The step report of `gate_id`."
+    "The step report of `gate_id`: its decisions, and the gate's report when it gated."
     mine = decisions_frame([d for d in state.decisions if d['gate_id'] == gate_id]).select(*STEP_DECISION_COLUMNS)
     gate = run.config.gate
     mine = report.with_gate_reasons(mine, run.thresholds(), gate.alpha_final, gate.alpha)
-    has_gate = self.log.query('SELECT count(*) FROM gate_evidence WHERE run_id = ? AND gate_id = ?',
-                              (run.rid, gate_id)).item()
-    title = f'Epoch {state.epoch}, step {state.step}: gate evidence per task type'
-    rep = report.step_report(self.log, run.rid, gate_id, gate.alpha, gate.tau, cost_runs=self.run_ids(run.rid),
-                             thresholds=run.thresholds(), title=title, alpha_final=gate.alpha_final) if has_gate else {}
+    has_gate = gate_id in self.gated_steps(run.rid)
+    rep = self.step_report(run.rid, gate_id, run.report_settings()) if has_gate else {}
     self._show(run, {'decisions': mine, **rep}, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
 
-def accuracy_curves(epochs) -> list[dict]:
-    "The epochs' rollout and validation accuracies as the reports draw them (a missing rollout accuracy as 0)."
-    return [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'] or 0.0,
-                 validation_accuracy=x['validation_accuracy']) for x in epochs]
+@patch
+def gated_steps(self:Runner, rid:str) -> list[str]:
+    "Gate ids of the run's steps that gated an edit, in the order they ran."
+    sql = 'SELECT gate_id FROM gate_evidence WHERE run_id = ? GROUP BY gate_id ORDER BY MIN(created_at), gate_id'
+    return self.log.query(sql, (rid,))['gate_id'].to_list()
 
-def _epoch_labels(run:TrainRun, e:dict) -> tuple[str, str]:
+def accuracy_curves(epochs, # the run's epoch metrics (`TrainState.epochs`)
+                    start:float|None=None # the start skills' validation accuracy, drawn as epoch 0
+                   ) -> list[dict]:
+    "The epochs' rollout and validation accuracies as the reports draw them, after the start skills' at epoch 0."
+    first = [dict(epoch=0, rollout_accuracy=None, validation_accuracy=start)] if start is not None else []
+    return first + [dict(epoch=x['epoch'], rollout_accuracy=x['rollout_accuracy'],
+                         validation_accuracy=x['validation_accuracy']) for x in epochs]
+
+@patch
+def start_accuracy(self:Runner, epochs) -> float|None:
+    "Validation accuracy of the skills a run started from (the run its first epoch started from); None before one."
+    first = epochs[0].get('previous_run') if epochs else None
+    if first is None: return None
+    acc = report.accuracy_by_type(self.log, first, self.pool('validation'))
+    return acc.filter(pl.col('task_type') == 'ALL')['accuracy'].item()
+
+def _epoch_labels(start:str, e:dict) -> tuple[str, str]:
     "Legend names of an epoch report's two validation runs: the skills the epoch started from, and ended with."
     if e['previous_run'] == BASELINE_RUN: before = 'seed skills'
-    elif e['epoch'] == 1: before = f'start skills ({run.start})'
+    elif e['epoch'] == 1: before = f'start skills ({start})'
     else: before = f'end of epoch {e["epoch"] - 1}'
     return before, f'end of epoch {e["epoch"]}'
 
 @patch
+def epoch_report(self:Runner, rid:str, # the training run's internal id
+                 epochs:list, # its epoch metrics up to the epoch reported (`TrainState.epochs`)
+                 start:str, # the skills version it started from
+                 tau:float # GateParams.tau
+                ) -> dict:
+    "The report of the last of `epochs`: the curves, and with a fresh R its before/after, timeline so far and cost."
+    e, curves = epochs[-1], accuracy_curves(epochs, self.start_accuracy(epochs))
+    if e['validation_run'] is None:  # no fresh R (validation_pass='consumed'): the curves, no runs to compare
+        return {'epochs': report.epoch_frame(curves), 'accuracy_curves': report.plot_accuracy_curves(curves)}
+    return report.epoch_report(self.log, rid, curves, self.pool('validation'), e['previous_run'], e['validation_run'],
+                               tau=tau, cost_runs=self.run_ids(rid), labels=_epoch_labels(start, e),
+                               last_epoch=e['epoch'])
+
+@patch
 def _report_epoch(self:Runner, run:TrainRun, state:TrainState):
     "The epoch report of the epoch just ended."
-    e = state.epochs[-1]
-    if e['validation_run'] is None:  # no fresh R (validation_pass='consumed'): the curves, no runs to compare
-        curves = accuracy_curves(state.epochs)
-        rep = {'epochs': report.epoch_frame(curves), 'accuracy_curves': report.plot_accuracy_curves(curves)}
-        return self._show(run, rep, f'{run.run_id} · epoch {e["epoch"]}', f'epoch{e["epoch"]}_')
-    rep = report.epoch_report(self.log, run.rid, accuracy_curves(state.epochs), run.val, e['previous_run'],
-                              e['validation_run'], tau=run.config.gate.tau, cost_runs=self.run_ids(run.rid),
-                              labels=_epoch_labels(run, e))
-    self._show(run, rep, f'{run.run_id} · epoch {e["epoch"]}', f'epoch{e["epoch"]}_')
+    epoch = state.epochs[-1]['epoch']  # the state is already past the epoch's end
+    rep = self.epoch_report(run.rid, list(state.epochs), run.start, run.config.gate.tau)
+    self._show(run, rep, f'{run.run_id} · epoch {epoch}', f'epoch{epoch}_')
 
 @patch
 def _report_unit(self:Runner, phase:str, run:TrainRun, state:TrainState):
@@ -128,7 +161,8 @@ def _report_unit(self:Runner, phase:str, run:TrainRun, state:TrainState):
 def final_report(self:Runner, result) -> dict:
     "The final report of a finished training run (a `TrainResult`): test comparison, curves, decisions, cost, forecast."
     m, rid = result.metrics, result.internal_run_id
-    rep = report.final_report(self.log, rid, accuracy_curves(m['epochs']), self.pool('test'), m['test']['seed_run'],
+    curves = accuracy_curves(m['epochs'], self.start_accuracy(m['epochs']))
+    rep = report.final_report(self.log, rid, curves, self.pool('test'), m['test']['seed_run'],
                               m['test']['delivered_run'], cost_runs=self.run_ids(rid),
                               labels=('seed skills', f'delivered skills ({m["delivered_version"]})'))
     note = new_draw_note(m, earlier_attempts(self.workspace/'runs', result.run_id))  # a fresh attempt: a new draw
@@ -397,10 +431,23 @@ def _write_folder(out:Path, files:dict[str, bytes], overwrite:bool) -> Path:
     return out
 
 @patch
-def _final_figures(self:Runner, result) -> dict[str, bytes]:
-    "file name -> bytes of the final report's figures and tables (PDF/PNG/SVG, CSV), rendered afresh."
+def run_reports(self:Runner, result) -> Iterator[tuple[str, dict]]:
+    "(file-name prefix, report) of every gated step, every epoch and the end of a finished run, made from the log."
+    m, rid = result.metrics, result.internal_run_id
+    if settings := m.get('report_settings'):  # absent from runs trained before reports could be made again
+        for g in self.gated_steps(rid): yield f'step_{g}_', self.step_report(rid, g, settings)
+        for k, e in enumerate(m['epochs']):
+            so_far = m['epochs'][:k + 1]
+            yield f'epoch{e["epoch"]}_', self.epoch_report(rid, so_far, m['start_version'], settings['tau'])
+    yield 'final_', self.final_report(result)
+
+@patch
+def _report_files(self:Runner, result) -> dict[str, bytes]:
+    "file name -> bytes of every report's figures and notes, and the final report's tables, drawn afresh."
     with tempfile.TemporaryDirectory() as t:
-        report.save_report(self.final_report(result), t, prefix='final_')
+        for prefix, rep in self.run_reports(result):
+            kept = rep if prefix == 'final_' else {k: v for k, v in rep.items() if not isinstance(v, pl.DataFrame)}
+            report.save_report(kept, t, prefix=prefix)
         return {p.name: p.read_bytes() for p in sorted(Path(t).iterdir()) if p.is_file()}
 
 def _json_bytes(obj) -> bytes:
@@ -424,8 +471,9 @@ def _artifact_files(self:Runner, run_id:str, d:Path, m:dict, s:TrainState) -> di
         'provenance.json': _json_bytes(self.provenance(s.structural)),
         'tables/decisions.csv': decisions_frame(s.decisions).write_csv().encode()}
     files |= {'seed_probe.json': (d/'seed_probe.json').read_bytes()} if (d/'seed_probe.json').exists() else {}
-    files |= {f'figures/{p.name}': p.read_bytes() for p in sorted((d/'figures').glob('*')) if p.is_file()}
-    rendered = self._final_figures(TrainResult(run_id, m['internal_run_id'], s, m, d))
+    if 'report_settings' not in m:  # trained before its reports could be made again: the figures it showed
+        files |= {f'figures/{p.name}': p.read_bytes() for p in sorted((d/'figures').glob('*')) if p.is_file()}
+    rendered = self._report_files(TrainResult(run_id, m['internal_run_id'], s, m, d))
     return files | {f'{_report_folder(k)}/{k}': v for k, v in rendered.items()}
 
 @patch
