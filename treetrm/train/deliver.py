@@ -70,7 +70,7 @@ def run_metrics(ws:Workspace, run:TrainRun, state:TrainState, final:str, # the f
                 test_by_type=_plain(pc),
                 decisions=decision_tally(state.decisions), confirmed_rules=confirmed_rule_counts(state.decisions),
                 gated_task_types=sorted(run.gated), forecast=state.forecast, power=state.forecast.get('power', []),
-                actual=role_usage(ws.log, ws.run_ids(run.rid)),
+                actual=role_usage(ws.log, ws.run_ids(run.rid)), speculative_calls=ws.speculative_calls(run.rid),
                 decision_fingerprint=decision_fingerprint(state.decisions))
 
 def delivered_version(config:TrainConfig, state:TrainState) -> str:

@@ -38,10 +38,12 @@ class Runner(Workspace):
 # %% ../../nbs/train/11_runner.ipynb #8be4d22f
 @patch
 def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFrame:
-    "Forecast (and, given the run, actual) calls, tokens and cost per role."
+    "Forecast (and, given the run, actual) calls, tokens and cost per role; of the agent's, how many timing decided."
     actual = role_usage(self.log, self.run_ids(rid)) if rid else {}
+    timing = {'agent': self.speculative_calls(rid)} if rid else {}
     rows = [{'role': role, **{f'forecast_{k}': v for k, v in shown_usage(f).items()},
-             **({f'actual_{k}': actual.get(role, {}).get(k, 0) for k in f} if rid else {})}
+             **({f'actual_{k}': actual.get(role, {}).get(k, 0) for k in f} if rid else {}),
+             **({'actual_speculative_calls': timing.get(role, 0)} if rid else {})}
             for role, f in forecast['roles'].items()]
     return pl.DataFrame(rows)
 
