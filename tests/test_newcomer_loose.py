@@ -64,3 +64,51 @@ def test_calls_differ_only_by_the_gate_arms_no_gate_used(tmp_path, world):
     assert any(speculative > 0 for *_, speculative in seen), seen  # the gates did run ahead of their decisions
     # what varies is exactly those calls: every other agent call of the run is the same on every run
     assert len({agent - speculative for _, agent, speculative in seen}) == 1, seen
+
+
+# carried over: `RecordedProvider` (the sim backend's and `providers=`'s wrapper) hid its inner provider's `aclose`, so
+# a caller could not close the HTTP clients of a provider it had handed to a Runner
+class Closable:
+    "A provider that holds a connection until `aclose`."
+    model, closed = 'closable', 0
+    async def chat(self, messages, **kw): raise AssertionError('not called')
+    async def aclose(self): self.closed += 1
+
+
+def test_a_recorded_provider_closes_the_provider_it_wraps():
+    from treetrm.llm.ledger import RecordedProvider
+    from treetrm.llm.protocol import ClosableProvider
+    from treetrm.sim.roles import SimEcho
+    inner = Closable()
+    wrapped = RecordedProvider(inner, 'agent', [].append)
+    assert isinstance(wrapped, ClosableProvider)
+    asyncio.run(wrapped.aclose())
+    assert inner.closed == 1
+    asyncio.run(RecordedProvider(SimEcho(), 'agent', [].append).aclose())  # nothing to close: nothing happens
+
+
+# carried over: `executors.stop_workers` read the pool's private `_processes`; it now uses the public
+# `terminate_workers()` where Python has it (3.14), and says why it reads `_processes` below that
+class PublicPool:
+    "A pool with Python 3.14's public `terminate_workers` and none of the private attributes."
+    def __init__(self): self.calls = []
+    def terminate_workers(self): self.calls.append('terminate_workers')
+    def shutdown(self, wait=True, *, cancel_futures=False): self.calls.append(('shutdown', wait, cancel_futures))
+
+
+def test_stop_workers_uses_the_public_call_where_python_has_it():
+    from treetrm.executors import stop_workers
+    pool = PublicPool()
+    stop_workers(pool)
+    assert pool.calls == ['terminate_workers'], pool.calls  # it cancels the queued jobs and ends the running ones
+
+
+def test_stop_workers_ends_the_workers_of_a_real_pool():
+    import concurrent.futures as cf, multiprocessing as mp, time
+    from treetrm.executors import stop_workers
+    pool = cf.ProcessPoolExecutor(2, mp_context=mp.get_context('spawn'))
+    running = [pool.submit(time.sleep, 60) for _ in range(2)]
+    while not all(f.running() for f in running): time.sleep(0.05)
+    workers = list(mp.active_children())
+    stop_workers(pool)  # on this Python (3.11) through the pool's own record of its processes
+    assert len(workers) == 2 and not any(p.is_alive() for p in workers)
