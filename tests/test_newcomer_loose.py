@@ -112,3 +112,23 @@ def test_stop_workers_ends_the_workers_of_a_real_pool():
     workers = list(mp.active_children())
     stop_workers(pool)  # on this Python (3.11) through the pool's own record of its processes
     assert len(workers) == 2 and not any(p.is_alive() for p in workers)
+
+
+# carried over: a grid with `pair_seeds` on worlds made as before the noise settings (`realism.NOISE_LEGACY`, coupling
+# None: both arms' draws keyed by the request seed alone) coupled a pair's arms fully, without a word
+def test_pair_seeds_on_fully_coupled_worlds_warn(tmp_path):
+    from treetrm.bench.grid import BenchSettings, FullCoupling, realistic_world
+    from treetrm.bench.loop_bench import run_grid
+    from treetrm.sim.realism import NOISE_LEGACY
+    legacy = realistic_world('balanced', 0.2, 60, **NOISE_LEGACY)
+    with pytest.warns(FullCoupling) as said:
+        asyncio.run(run_grid([legacy], seeds=(), settings=BenchSettings(pair_seeds=True), workdir=tmp_path,
+                             verbose=False))
+    text = str(said[0].message)
+    assert 'coupling' in text and 'NOISE_LEGACY' in text and 'share their whole draw' in text, text
+    assert 'pair_seeds' in text and 'coupling: 0.64' in text, text  # what to do instead
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', FullCoupling)  # neither pair seeds off nor a measured coupling warns
+        for world, settings in ((legacy, BenchSettings()), (realistic_world(), BenchSettings(pair_seeds=True))):
+            asyncio.run(run_grid([world], seeds=(), settings=settings, workdir=tmp_path, verbose=False))

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/bench/02_loop_bench.ipynb #3938c542
 from __future__ import annotations
-import contextlib, math, shutil, tempfile, time
+import contextlib, math, shutil, tempfile, time, warnings
 from dataclasses import asdict
 from pathlib import Path
 from ..core import atomic_write_json, read_json, sha256_json
@@ -17,7 +17,8 @@ from .gepa_engine import gepa_engine_train
 from ..train.runner import Runner
 from ..executors import run_jobs, check_executor
 from .rules import BENCH_RULES, ENGINE_RULES, check_rules, rule_acceptance
-from .grid import grid_cells, BenchSettings, DEFAULT_GRID_SPLIT, bench_run_config
+from .grid import (grid_cells, BenchSettings, DEFAULT_GRID_SPLIT, bench_run_config, FullCoupling,
+                                full_coupling_note)
 from .loop_report import grid_summary
 # the names a grid's users import from here (the stage notebook, scripts, tests); they live in the modules below
 from .rules import ABLATIONS, CEILINGS, RULE_DESCRIPTIONS
@@ -194,6 +195,7 @@ async def run_grid(
     settings, t0 = settings or BenchSettings(), time.perf_counter()
     check_rules(rules)
     check_executor(executor, processes, address)
+    if note := full_coupling_note(worlds, settings): warnings.warn(note, FullCoupling, stacklevel=2)
     cells = grid_cells(worlds, budget)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-grid-'))
     keys = [(i, s) for s in seeds for i in range(len(cells))]  # seed by seed: an interrupted grid has whole seeds done
