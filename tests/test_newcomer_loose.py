@@ -132,3 +132,32 @@ def test_pair_seeds_on_fully_coupled_worlds_warn(tmp_path):
         warnings.simplefilter('error', FullCoupling)  # neither pair seeds off nor a measured coupling warns
         for world, settings in ((legacy, BenchSettings()), (realistic_world(), BenchSettings(pair_seeds=True))):
             asyncio.run(run_grid([world], seeds=(), settings=settings, workdir=tmp_path, verbose=False))
+
+
+# carried over: the training bar's total is the planned steps (epochs x the first epoch's batches), so a run that
+# stops early (patience, a spent budget, another epoch's batch count) left it short of its total, e.g. "5/8"
+@pytest.fixture(scope='module')
+def small_world(tmp_path_factory):
+    "A small realistic world: a training run on it takes a few seconds."
+    return make_world(tmp_path_factory.mktemp('small')/'world', seed=2, n_videos=16, profile='realistic',
+                      questions_per_video=GRID_TYPES)
+
+
+def test_the_training_bar_ends_at_its_total(tmp_path, small_world, monkeypatch):
+    import tqdm.auto
+    from treetrm.sim.sim_agent import SimAgent
+    closed = []
+
+    class Recorded(tqdm.auto.tqdm):
+        def close(self):
+            if self.desc.startswith('train') and not self.disable: closed.append((self.n, self.total))
+            super().close()
+
+    monkeypatch.setattr(tqdm.auto, 'tqdm', Recorded)
+    r = _runner(tmp_path/'ws', small_world, SimAgent(small_world, 0, one_call=True), epochs=6, patience=1)
+    r.progress = True
+    res = asyncio.run(r.train('b', acceptance='gate'))
+    r.log.close()
+    planned = 6 * len(res.state.batches)
+    assert res.state.stopped_early and res.state.global_step < planned  # the plan the bar started with was not run
+    assert closed == [(res.state.global_step, res.state.global_step)], closed  # it closed on the steps done
