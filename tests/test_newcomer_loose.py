@@ -161,3 +161,26 @@ def test_the_training_bar_ends_at_its_total(tmp_path, small_world, monkeypatch):
     planned = 6 * len(res.state.batches)
     assert res.state.stopped_early and res.state.global_step < planned  # the plan the bar started with was not run
     assert closed == [(res.state.global_step, res.state.global_step)], closed  # it closed on the steps done
+
+
+# carried over: the eval stage warns from the second look at a workspace's test pool on (`RepeatedTestLook`); the train
+# stage's final test, a look too, said nothing after earlier evaluations of the test pool
+def test_the_final_test_after_earlier_looks_warns_as_eval_does(tmp_path, small_world):
+    import warnings
+    from treetrm.sim.sim_agent import SimAgent
+    from treetrm.train.workspace import RepeatedTestLook
+    first = _runner(tmp_path/'first', small_world, SimAgent(small_world, 0, one_call=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', RepeatedTestLook)  # a workspace's first look says nothing
+        asyncio.run(first.train('b', acceptance='gate'))
+    first.log.close()
+    r = _runner(tmp_path/'ws', small_world, SimAgent(small_world, 0, one_call=True))
+    asyncio.run(r.split())
+    asyncio.run(r.eval('seed', 'test'))  # look 1: the seed skills on the test pool
+    with pytest.warns(RepeatedTestLook) as said:
+        res = asyncio.run(r.train('b', acceptance='gate'))
+    r.log.close()
+    text = str(said[0].message)
+    final = res.metrics['test']['delivered_run']
+    assert f"run {final} is look 2 at this workspace's test pool (before it: eval_test_v1)" in text, text
+    assert 'biases the reported gain upward' in text and 'say how many looks the test pool had' in text, text
