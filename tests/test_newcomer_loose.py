@@ -184,3 +184,49 @@ def test_the_final_test_after_earlier_looks_warns_as_eval_does(tmp_path, small_w
     final = res.metrics['test']['delivered_run']
     assert f"run {final} is look 2 at this workspace's test pool (before it: eval_test_v1)" in text, text
     assert 'biases the reported gain upward' in text and 'say how many looks the test pool had' in text, text
+
+
+# carried over: the build's ledger wrote a vision call's row only after the call finished, so a build killed mid-call
+# left no trace of a request that may have been billed; `CallRecorder` (harness.db) writes its row before the request
+class Killed(BaseException):
+    "The process dies mid-call: nothing after it runs."
+
+
+class Vision:
+    "A vision provider whose replies are scripted: a card, an error, a hang, or the process dying."
+    model = 'scripted-vision'
+    def __init__(self, then): self.then, self.seen = then, []
+    async def chat(self, messages, **kw):
+        from treetrm.llm.protocol import LLMResponse
+        self.seen.append(self.rows())  # what the ledger holds while the request is out
+        if self.then == 'card':
+            return LLMResponse('{"scene_summary": "a kitchen"}', usage={'prompt_tokens': 5, 'completion_tokens': 3},
+                               model=self.model)
+        if self.then == 'error': raise RuntimeError('HTTP 500')
+        if self.then == 'hang': await asyncio.sleep(30)
+        raise Killed()
+
+
+@pytest.mark.parametrize('then, status', [('card', 'ok'), ('error', 'error'), ('hang', 'cancelled'),
+                                          ('dies', 'sent')])
+def test_the_build_ledger_writes_a_call_before_it_goes_out(tmp_path, then, status):
+    from treetrm.build.vision import BuildLedger, VisionCaller, build_messages, card_schema
+    from treetrm.core import Slots
+    ledger = BuildLedger(tmp_path/'ledger.sqlite')
+    provider = Vision(then)
+    provider.rows = lambda: ledger.calls().select('node_id', 'status').rows()
+    caller = VisionCaller(provider, ledger, Slots(1))
+    ask = caller.ask(build_messages('Describe $context', {'a': 1}), [], card_schema(1), video_id='v1', node_id='n1',
+                     kind='scene')
+
+    async def go():
+        task = asyncio.create_task(ask)
+        if then == 'hang':
+            await asyncio.sleep(0.05)
+            task.cancel()
+        return await task
+    try: asyncio.run(go())
+    except (RuntimeError, Killed, asyncio.CancelledError): pass
+    assert provider.seen == [[('n1', 'sent')]]  # the row was there before the request went out
+    assert ledger.calls().select('node_id', 'status').rows() == [('n1', status)]  # one row, its outcome (or 'sent')
+    ledger.close()
