@@ -230,3 +230,52 @@ def test_the_build_ledger_writes_a_call_before_it_goes_out(tmp_path, then, statu
     assert provider.seen == [[('n1', 'sent')]]  # the row was there before the request went out
     assert ledger.calls().select('node_id', 'status').rows() == [('n1', status)]  # one row, its outcome (or 'sent')
     ledger.close()
+
+
+# carried over: `nbdev_test` left `tmp*` folders behind: notebooks made folders with `tempfile.mkdtemp()` and never
+# removed them, or kept a `TemporaryDirectory` without cleaning it up at the end; the throughput benchmarks made a
+# scratch workspace the same way whenever no `workdir` was given
+NBS = __import__('pathlib').Path(__file__).resolve().parents[1]/'nbs'
+
+
+def _code(nb) -> str:
+    import json
+    return '\n'.join(''.join(c['source']) for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'code')
+
+
+def test_notebooks_remove_the_temporary_folders_they_make():
+    import re
+    left = []
+    for nb in sorted(NBS.rglob('*.ipynb')):
+        code = _code(nb)
+        left += [f'{nb.relative_to(NBS)}: {m.group(0).strip()}' for m in re.finditer(r'.*mkdtemp\((?!dir=).*', code)]
+        for name in re.findall(r'^(\w+) = (?:tempfile|_tf)\.TemporaryDirectory\(', code, re.M):
+            if f'{name}.cleanup()' not in code: left.append(f'{nb.relative_to(NBS)}: {name} is never cleaned up')
+    assert not left, '\n'.join(left)
+
+
+@pytest.mark.slow
+def test_nbdev_test_of_a_notebook_leaves_no_temporary_folder(tmp_path):
+    import os, shutil, subprocess, sys
+    nbdev_test = shutil.which('nbdev_test', path=os.path.dirname(sys.executable))
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(NBS.parent))
+    done = subprocess.run([nbdev_test, '--path', str(NBS/'agent'/'02_tools.ipynb')], cwd=NBS.parent, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not list(tmp_path.iterdir()), sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_the_throughput_benchmark_removes_its_scratch_workspace(tmp_path, small_world, monkeypatch):
+    import tempfile
+    from treetrm.bench.throughput import benchmark_throughput
+    scratch = tmp_path/'scratch'
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, 'tempdir', str(scratch))
+    figures = asyncio.run(benchmark_throughput(small_world, n_questions=4, latency_s=0.001, concurrency=2,
+                                               cpu_questions=2))
+    assert figures['n_questions'] == 4 and not list(scratch.iterdir()), list(scratch.iterdir())
+    kept = tmp_path/'kept'
+    asyncio.run(benchmark_throughput(small_world, n_questions=4, latency_s=0.001, concurrency=2, cpu_questions=2,
+                                     workdir=kept))
+    assert sorted(p.name for p in kept.glob('*.db')) == ['cpu.db', 'latency.db']  # a workdir given is the caller's
+

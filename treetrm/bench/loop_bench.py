@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib, math, shutil, tempfile, time, warnings
 from dataclasses import asdict
 from pathlib import Path
-from ..core import atomic_write_json, read_json, sha256_json
+from ..core import atomic_write_json, read_json, scratch_folder, sha256_json
 from ..sim.world import make_world, load_world, true_accuracy, type_skill_text, skill_rules, world_questions
 from ..sim.sim_agent import SimAgent
 from ..sim.roles import SimJudge, SimEvolver
@@ -197,22 +197,19 @@ async def run_grid(
     check_executor(executor, processes, address)
     if note := full_coupling_note(worlds, settings): warnings.warn(note, FullCoupling, stacklevel=2)
     cells = grid_cells(worlds, budget)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-grid-'))
     keys = [(i, s) for s in seeds for i in range(len(cells))]  # seed by seed: an interrupted grid has whole seeds done
     args = {(i, s): (cells[i].world, s, tuple(rules), cells[i].budget, settings) for i, s in keys}
-    done = {k: job_rows_file(*a, work/f'cell{k[0]}') for k, a in args.items()}
-    results = {k: read_json(done[k]) for k in keys if done[k].exists()}
-    for k in results:
-        if verbose: say_job(k, results[k], kept=True)
-    todo = {k: a + (None if executor == 'ray' else str(work/f'cell{k[0]}'), ) for k, a in args.items()
-            if k not in results}
     describe = lambda k: failed_job_note(k[0], cells[k[0]], k[1], workdir)
-    try:
+    with scratch_folder(workdir, 'treetrm-grid-') as work:  # None: removed after, whatever happens
+        done = {k: job_rows_file(*a, work/f'cell{k[0]}') for k, a in args.items()}
+        results = {k: read_json(done[k]) for k in keys if done[k].exists()}
+        for k in results:
+            if verbose: say_job(k, results[k], kept=True)
+        todo = {k: a + (None if executor == 'ray' else str(work/f'cell{k[0]}'), ) for k, a in args.items()
+                if k not in results}
         async with contextlib.aclosing(run_jobs(fresh_job, todo, executor, processes, address, describe)) as finished:
             async for k, rows in finished:  # a failure here too stops the jobs still running
                 atomic_write_json(done[k], rows)
                 results[k] = rows
                 if verbose: say_job(k, rows)
-    finally:
-        if workdir is None: shutil.rmtree(work, ignore_errors=True)
     return grid_summary(cells, seeds, rules, results, settings, t0)
