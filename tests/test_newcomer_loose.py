@@ -279,3 +279,34 @@ def test_the_throughput_benchmark_removes_its_scratch_workspace(tmp_path, small_
                                      workdir=kept))
     assert sorted(p.name for p in kept.glob('*.db')) == ['cpu.db', 'latency.db']  # a workdir given is the caller's
 
+
+# carried over: a run with pair seeds first asks the agent whether it honours request seeds (the seed probe); its calls
+# were filed under no run and taken from no budget. The split's calls (the baseline run, the diagnosis and the redraw
+# that measures the discordance) are spent before any training run, once for every run of the workspace: a run's
+# budget does not count them, and the run now says so where the budget is set.
+def test_the_seed_probe_counts_against_the_run_and_its_budget(tmp_path, small_world):
+    from treetrm.sim.sim_agent import SimAgent
+    limit = 160
+    r = _runner(tmp_path/'ws', small_world, SimAgent(small_world, 0, one_call=True), max_calls=limit,
+                pair_seeds=True, epochs=50, patience=50)  # the budget ends the run
+    res = asyncio.run(r.train('b', acceptance='gate'))
+    rid = res.internal_run_id
+    probe = r.log.frame('llm_calls').filter(pl.col('run_id') == f'{rid}_init_seed_probe')
+    assert probe.height >= 3 and set(probe['role']) == {'agent'}  # each probe question three times
+    assert r.log.frame('llm_calls').filter(pl.col('run_id') == '').height == 0  # no call filed under no run
+    assert r.training_calls(rid) == limit  # the budget took the probe's calls with the rest, and none past it
+    assert res.metrics['actual']['agent']['calls'] == r.run_calls(rid).filter(pl.col('role') == 'agent').height
+    r.log.close()
+
+
+def test_a_budget_says_the_split_is_not_in_it(tmp_path, small_world, capsys):
+    from treetrm.sim.sim_agent import SimAgent
+    r = _runner(tmp_path/'ws', small_world, SimAgent(small_world, 0, one_call=True), max_calls=150)
+    asyncio.run(r.split())
+    split_calls = r.log.frame('llm_calls').height
+    capsys.readouterr()
+    asyncio.run(r.train('b', acceptance='gate'))
+    r.log.close()
+    said = capsys.readouterr().out
+    assert (f"max_calls = 150 counts this run's training calls (the seed probe's too); the split's {split_calls} "
+            'calls (the baseline run, the diagnosis, and the redraw that measures the discordance)') in said, said

@@ -13,7 +13,9 @@ from fastcore.basics import patch
 from ..core import (ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes, package_dir,
                           sha256_file)
 from ..agent.versions import load_manifest
+from ..core import CallBudget
 from ..log import FINAL_TEST, check_run_id, gate_id
+from ..llm.ledger import call_budget, filed_under
 from ..agent.inference import InferenceResult, answer_health, seed_probe, seed_probe_note
 from .settings import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
 from .checkpoint import TrainState, load_checkpoint
@@ -29,7 +31,7 @@ from .provenance import package_versions, git_state, role_provenance, skills_dif
 from .. import report, __version__
 
 # %% auto #0
-__all__ = ['STEP_DECISION_COLUMNS', 'Runner', 'accuracy_curves', 'TrainResult', 'finished_note', 'PoolEvaluation']
+__all__ = ['STEP_DECISION_COLUMNS', 'Runner', 'accuracy_curves', 'TrainResult', 'finished_note', 'budget_note', 'PoolEvaluation']
 
 # %% ../../nbs/train/11_runner.ipynb #de836d53
 class Runner(Workspace):
@@ -135,6 +137,27 @@ def run_health(self:Runner, run_id:str) -> str|None:
     sql = 'SELECT stop_reason, COUNT(*) FROM predictions WHERE run_id = ? GROUP BY stop_reason'
     return answer_health(run_id, dict(self.log.query(sql, (run_id,)).iter_rows()))
 
+def budget_note(max_calls:int|None, # the run's hard budget (None: none)
+                split_calls:int # the calls the workspace's split made (`Workspace.split_calls`)
+               ) -> str|None:
+    "What a run's hard budget counts, and that the split's calls are not in it; None without a budget."
+    if max_calls is None: return None
+    return (f"max_calls = {max_calls} counts this run's training calls (the seed probe's too); the split's "
+            f'{split_calls} calls (the baseline run, the diagnosis, and the redraw that measures the discordance) '
+            'were spent before it, once for every run of this workspace, and are not counted')
+
+@patch
+async def _first_state(self:Runner, run:TrainRun) -> TrainState:
+    "A new run's first state, checkpointed; before it, what the budget counts and (pair seeds) the seed probe in it."
+    if note := budget_note(run.config.max_calls, self.split_calls()): print(note)
+    if run.config.pair_seeds:
+        budget = CallBudget(run.config.max_calls, used=self.training_calls(run.rid))
+        with filed_under(run.ids.seed_probe()), call_budget(budget):
+            await self.probe_seeds(run.dir, run.config.temperature)
+    state = await initial_state(self, run)
+    save_state(self, run, state)
+    return state
+
 @patch
 async def train(self:Runner, run_id:str='v1', # the training run; the same id resumes it
                 *, epochs:int|None=None, # overrides config.epochs
@@ -160,10 +183,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
         print(finished_note(self.log, run_id, run.rid))
         return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir, True)
     self.log.start_run(run.rid, 'train', params=run.parts)
-    if state is None:
-        if cfg.pair_seeds: await self.probe_seeds(run.dir, cfg.temperature)
-        state = await initial_state(self, run)
-        save_state(self, run, state)
+    if state is None: state = await self._first_state(run)
     power = state.forecast.get('power', [])
     if show:
         print(POWER_NOTE.format(power=POWER))

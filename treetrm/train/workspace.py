@@ -288,7 +288,7 @@ def prompts_dir(self:Workspace, prompts_version:str|None) -> Path|None:
 def uncached_agent(self:Workspace):
     "The agent's provider without the response cache (a probe must reach the endpoint with one request twice)."
     if getattr(self.providers['agent'], 'cache', None) is None: return self.providers['agent']
-    return make_providers('openai', roles=('agent',), telemetry=self.recorder, cache=None)['agent']
+    return BudgetedProvider(make_providers('openai', roles=('agent',), telemetry=self.recorder, cache=None)['agent'])
 
 @patch
 def run_calls(self:Workspace, rid:str) -> pl.DataFrame:
@@ -297,7 +297,7 @@ def run_calls(self:Workspace, rid:str) -> pl.DataFrame:
 
 @patch
 def training_agent_calls(self:Workspace, rid:str) -> int:
-    "Agent calls a training run has made so far: rollouts, gates, validation runs, an init run — not the final test."
+    "Agent calls a training run has made so far: rollouts, gates, validation, init, seed probe; not the final test."
     condition, params = TrainRunId(rid).training_condition()
     return int(self.log.query(f"SELECT count(*) FROM llm_calls WHERE role = 'agent' AND {condition}", params).item())
 
@@ -305,6 +305,12 @@ def training_agent_calls(self:Workspace, rid:str) -> int:
 def training_calls(self:Workspace, rid:str) -> int:
     "Model calls of every role a training run has made so far, the final test excepted (the hard budget counts these)."
     return self.run_calls(rid).filter(~pl.col('run_id').str.ends_with(FINAL_TEST)).height
+
+@patch
+def split_calls(self:Workspace) -> int:
+    "Model calls the workspace's split made: the baseline run, the diagnosis, the redraw for the discordance."
+    sql = 'SELECT count(*) FROM llm_calls WHERE run_id IN (?, ?)'
+    return int(self.log.query(sql, (BASELINE_RUN, redraw_run_id(BASELINE_RUN))).item())
 
 @patch
 def run_ids(self:Workspace, rid:str) -> list[str]:
