@@ -310,3 +310,32 @@ def test_a_budget_says_the_split_is_not_in_it(tmp_path, small_world, capsys):
     said = capsys.readouterr().out
     assert (f"max_calls = 150 counts this run's training calls (the seed probe's too); the split's {split_calls} "
             'calls (the baseline run, the diagnosis, and the redraw that measures the discordance)') in said, said
+
+
+# carried over: one call through an `EndpointPool` that fails over writes a row per endpoint it tried, and the budget
+# takes the call once; a resumed run's budget starts from the rows, so each failover cost it one more call
+def test_a_failover_counts_once_against_a_resumed_budget(tmp_path, small_world):
+    from treetrm.core import CallBudget
+    from treetrm.llm.backends import EndpointPool, make_providers
+    from treetrm.llm.ledger import call_budget, filed_under
+    from treetrm.sim.server import serve
+    from treetrm.train.workspace import Workspace
+    ws = Workspace(tmp_path/'ws', backend='sim')
+    msgs = [{'role': 'user', 'content': 'What is on the jar?'}]
+    with serve(world_dir=small_world, seed=0) as srv:
+        env = {'TREETRM_JUDGE_MODEL': 'sim-echo', 'TREETRM_JUDGE_API_KEY': 'sk-dummy',
+               'TREETRM_JUDGE_BASE_URL': f'http://127.0.0.1:9/v1,{srv.base_url}'}  # the first refuses connections
+        pool = make_providers('openai', roles=('judge', ), env=env, telemetry=ws.recorder)['judge']
+        assert isinstance(pool, EndpointPool)
+        budget = CallBudget(10)
+
+        async def one_call():
+            from treetrm.llm.ledger import BudgetedProvider
+            try:
+                with filed_under('r_e1s1_evolve'), call_budget(budget): await BudgetedProvider(pool).chat(msgs)
+            finally: await pool.aclose()
+        asyncio.run(one_call())
+    rows = ws.log.frame('llm_calls', 'r_e1s1_evolve')
+    assert sorted(rows['status']) == ['error', 'ok'] and budget.used == 1  # two endpoints tried, one call taken
+    assert ws.training_calls('r') == 1  # a resumed run's budget starts where the live one stood
+    ws.log.close()

@@ -304,7 +304,8 @@ def training_agent_calls(self:Workspace, rid:str) -> int:
 @patch
 def training_calls(self:Workspace, rid:str) -> int:
     "Model calls of every role a training run has made so far, the final test excepted (the hard budget counts these)."
-    return self.run_calls(rid).filter(~pl.col('run_id').str.ends_with(FINAL_TEST)).height
+    rows = self.run_calls(rid).filter(~pl.col('run_id').str.ends_with(FINAL_TEST))
+    return rows.filter(pl.col('extra').str.json_path_match('$.failover').is_null()).height  # a call once, not per try
 
 @patch
 def split_calls(self:Workspace) -> int:
