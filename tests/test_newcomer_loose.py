@@ -338,4 +338,7 @@ def test_a_failover_counts_once_against_a_resumed_budget(tmp_path, small_world):
     rows = ws.log.frame('llm_calls', 'r_e1s1_evolve')
     assert sorted(rows['status']) == ['error', 'ok'] and budget.used == 1  # two endpoints tried, one call taken
     assert ws.training_calls('r') == 1  # a resumed run's budget starts where the live one stood
+    ws.log.record_llm_call(dict(role='agent', status='ok', extra={'failover': 1}), run_id='r_e1s1_rollout')
+    ws.log.record_llm_call(dict(role='agent', status='ok'), run_id='r_e1s1_rollout')
+    assert ws.training_agent_calls('r') == 1  # so does max_agent_calls
     ws.log.close()

@@ -299,7 +299,9 @@ def run_calls(self:Workspace, rid:str) -> pl.DataFrame:
 def training_agent_calls(self:Workspace, rid:str) -> int:
     "Agent calls a training run has made so far: rollouts, gates, validation, init, seed probe; not the final test."
     condition, params = TrainRunId(rid).training_condition()
-    return int(self.log.query(f"SELECT count(*) FROM llm_calls WHERE role = 'agent' AND {condition}", params).item())
+    once = "json_extract(extra, '$.failover') IS NULL"  # a call once, not per endpoint it tried
+    sql = f"SELECT count(*) FROM llm_calls WHERE role = 'agent' AND {condition} AND {once}"
+    return int(self.log.query(sql, params).item())
 
 @patch
 def training_calls(self:Workspace, rid:str) -> int:
