@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Callable
 import polars as pl
 from fastcore.basics import patch
-from ..core import (ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes, package_dir,
-                          sha256_file)
+from ..core import (CallBudget, ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes,
+                          package_dir, sha256_file)
 from ..agent.versions import load_manifest
-from ..core import CallBudget
 from ..log import FINAL_TEST, check_run_id, gate_id
 from ..llm.ledger import call_budget, filed_under
 from ..agent.inference import InferenceResult, answer_health, seed_probe, seed_probe_note
