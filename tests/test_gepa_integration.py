@@ -26,3 +26,7 @@ def test_dspy_example_runs_offline(tmp_path):
     assert gated['rules'] >= 1 and gated['accepted'] >= 1  # and accepted rules its evidence confirmed
     assert gated['accepted'] < plain['accepted']
     assert gated['confirmed'] and gated['delivered'] > 0.5  # the seed answers about 0.3 right; two rules about 0.75
+    # a confirmed pick is delivered as it is, so its two columns are one measurement (issue 51, item 19: they were
+    # two draws of the sampled stand-in, and differed beside confirmed=True)
+    for run in (plain, gated):
+        if run['confirmed']: assert run['delivered'] == run['gepa_pick'], run

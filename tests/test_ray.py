@@ -162,7 +162,8 @@ def test_a_sweep_on_the_cluster_gives_the_rows_of_this_process(cluster, serial_s
     address = cluster[0]
     here = serial_sweep[0]  # sweep(RUNS, config=CONFIG) in this process, made once per test run (conftest.py)
     on_ray = asyncio.run(sweep(RUNS, tmp_path/'ray', config=CONFIG, executor='ray', address=address, verbose=False))
-    assert on_ray.drop('wall_s').equals(here.drop('wall_s'))
+    timing = ('wall_s', 'speculative_calls')  # what timing decides (test_newcomer_loose)
+    assert on_ray.drop(timing).equals(here.drop(timing))
 
 
 def test_ray_on_this_machine_is_its_own_and_goes_away(cluster):

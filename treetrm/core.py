@@ -15,9 +15,9 @@ from fastcore.basics import patch
 __all__ = ['ASSETS', 'TreeTrmError', 'DataError', 'ConfigError', 'InfraError', 'BudgetError', 'where', 'check_count', 'Budget',
            'CallBudget', 'project_root', 'package_dir', 'asset_dir', 'from_root', 'parse_yaml', 'read_yaml',
            'parse_parameter', 'parameter_value', 'new_temp_file', 'new_temp_folder', 'atomic_write_bytes',
-           'atomic_write_text', 'sweep_temp_files', 'canonical_json', 'atomic_write_json', 'read_json', 'read_utf8',
-           'file_identity', 'folder_listing', 'connect_wal', 'sha256_bytes', 'sha256_text', 'sha256_json',
-           'sha256_file', 'stable_seed', 'test_fail_async', 'Slots']
+           'atomic_write_text', 'sweep_temp_files', 'scratch_folder', 'canonical_json', 'atomic_write_json',
+           'read_json', 'read_utf8', 'file_identity', 'folder_listing', 'connect_wal', 'sha256_bytes', 'sha256_text',
+           'sha256_json', 'sha256_file', 'stable_seed', 'test_fail_async', 'Slots']
 
 # %% ../nbs/00_core.ipynb #c08d3a83
 class TreeTrmError(Exception):
@@ -272,6 +272,18 @@ def sweep_temp_files(folder:str|Path # a folder one process writes (a workspace)
         if p.is_dir(): shutil.rmtree(p, ignore_errors=True)
         else: p.unlink(missing_ok=True)
     return len(stale)
+
+# %% ../nbs/00_core.ipynb #472d622f
+@contextlib.contextmanager
+def scratch_folder(folder:str|Path|None, # a folder to work in, kept after; None: a temporary one
+                   prefix:str='treetrm-' # the temporary folder's name prefix
+                  ):
+    "`folder` (made when missing), or a new temporary folder removed on exit whatever happens."
+    if folder is not None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        yield Path(folder)
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp: yield Path(tmp)
 
 # %% ../nbs/00_core.ipynb #2acb2415
 def canonical_json(obj, indent:int|None=None) -> str:

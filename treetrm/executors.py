@@ -107,7 +107,8 @@ async def _first_done(futures:dict, describe) -> AsyncIterator:
 
 def stop_workers(pool:cf.ProcessPoolExecutor) -> None:
     "Cancel the queued jobs and end the running ones: no orphan keeps writing to a job's folder after an interrupt."
-    workers = list((pool._processes or {}).values())  # Python 3.14 has pool.terminate_workers()
+    if hasattr(pool, 'terminate_workers'): return pool.terminate_workers()  # public from Python 3.14
+    workers = list((getattr(pool, '_processes', None) or {}).values())  # 3.11-3.13: no public handle (see above)
     pool.shutdown(wait=False, cancel_futures=True)
     for p in workers:
         if p.is_alive(): p.terminate()

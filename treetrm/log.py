@@ -322,6 +322,9 @@ class TrainRunId:
     def init(self) -> str:
         "The run of the start version's answers."
         return f'{self.rid}_init'
+    def seed_probe(self) -> str:
+        "The run the seed probe's calls are filed under (a run with pair seeds asks it first)."
+        return f'{self.init()}_seed_probe'
     def step(self, gate_id:str) -> str:
         "A step's run id (the trigger of the versions it writes)."
         return f'{self.rid}_{gate_id}'
@@ -370,7 +373,8 @@ class TrainRunId:
     def training_condition(self) -> tuple[str, tuple]:
         "A SQL condition on `run_id`, and its parameters, for the run's training parts (every part but the final test)."
         g = glob_literal(self.rid)
-        return '(run_id GLOB ? OR run_id GLOB ? OR run_id = ?)', (f'{g}_e[0-9]*', f'{g}{GATE_RUN_MARK}*', self.init())
+        return ('(run_id GLOB ? OR run_id GLOB ? OR run_id IN (?, ?))',
+                (f'{g}_e[0-9]*', f'{g}{GATE_RUN_MARK}*', self.init(), self.seed_probe()))
 
 # %% ../nbs/02_log.ipynb #cced238b
 @patch

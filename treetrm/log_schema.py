@@ -55,7 +55,7 @@ TABLES = {
                error_type='TEXT', cause='TEXT', evolution_target='TEXT', degraded='BOOL', infra='BOOL', payload='JSON'),
         _table('gate_evidence', ('run_id', 'gate_id', 'unit_id'), gate_id='TEXT', task_type='TEXT', unit_id='TEXT',
                rank='INTEGER', base_correct='BOOL', cand_correct='BOOL', w='INTEGER', l='INTEGER', n_used='INTEGER',
-               e_value='REAL', e_value_harm='REAL', decision='TEXT'),
+               e_value='REAL', e_value_harm='REAL', decision='TEXT', base_run_id='TEXT', cand_run_id='TEXT'),
         _table('quadrant_pairs', ('run_id', 'gate_id',
                                   'unit_id'), gate_id='TEXT', task_type='TEXT', unit_id='TEXT', quadrant='TEXT'),
         _table('dual_metric', ('run_id', 'scope', 'task_type'), scope='TEXT', task_type='TEXT', skills_version='TEXT',

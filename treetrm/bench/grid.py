@@ -11,8 +11,8 @@ from ..sim.realism import GREEDY_NOISE, component_counts
 # %% auto #0
 __all__ = ['DEFAULT_GRID_SPLIT', 'MIXTURES', 'NOISE', 'GRID_TYPES', 'VIDEOS_FOR_UNITS', 'REGIMES', 'VIDEO_MME_VIDEOS',
            'VIDEO_IDIOSYNCRASY', 'MAP_SIZES', 'CellSpec', 'grid_cells', 'BenchSettings', 'bench_run_config',
-           'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid', 'videomme_type_counts', 'regime_world',
-           'val_units', 'cell_regime', 'cell_mixture']
+           'FullCoupling', 'full_coupling_note', 'realistic_world', 'cell_budget', 'full_grid', 'reduced_grid',
+           'videomme_type_counts', 'regime_world', 'val_units', 'cell_regime', 'cell_mixture']
 
 # %% ../../nbs/bench/01b_grid.ipynb #901c1dd3
 @dataclass(frozen=True)
@@ -46,6 +46,21 @@ def bench_run_config(settings:BenchSettings, max_calls:int) -> dict:
     return dict(epochs=100, patience=100, min_ladder_units=settings.min_ladder_units, max_calls=max_calls,
                 deliver='current', batch=dict(batch_size=settings.batch_size, min_class=4, correct_ratio=0.2)
                 ) | ({'pair_seeds': True} if settings.pair_seeds else {})  # as before when off: same run configs
+
+# %% ../../nbs/bench/01b_grid.ipynb #7cb24bd0
+class FullCoupling(UserWarning):
+    "Pair seeds on worlds whose arms share their whole draw (coupling None, `realism.NOISE_LEGACY`)."
+
+def full_coupling_note(worlds:list[dict], # the grid's make_world arguments
+                       settings:BenchSettings # the runs' settings
+                      ) -> str|None:
+    "What to say when pair seeds meet worlds with coupling None; None when they do not."
+    legacy = [i for i, w in enumerate(worlds) if (w.get('realism') or {}).get('coupling', 0.0) is None]
+    if not settings.pair_seeds or not legacy: return None
+    return (f"pair_seeds with world(s) {legacy} of coupling None (realism.NOISE_LEGACY: both arms' draws keyed by the "
+            "request seed alone): a pair's arms share their whole draw, far less noise than any measured model. "
+            "Set the worlds' coupling to a measured value (e.g. noise {coupling: 0.64}, a one-call agent at "
+            "temperature 0.7; 0 for a tool-using agent) or turn pair_seeds off.")
 
 # %% ../../nbs/bench/01b_grid.ipynb #65c4ff7b
 MIXTURES, NOISE = ('balanced', 'mature', 'rich'), (0.15, 0.30)

@@ -4,10 +4,10 @@
 
 # %% ../../nbs/bench/02_loop_bench.ipynb #3938c542
 from __future__ import annotations
-import contextlib, math, shutil, tempfile, time
+import contextlib, math, shutil, tempfile, time, warnings
 from dataclasses import asdict
 from pathlib import Path
-from ..core import atomic_write_json, read_json, sha256_json
+from ..core import atomic_write_json, read_json, scratch_folder, sha256_json
 from ..sim.world import make_world, load_world, true_accuracy, type_skill_text, skill_rules, world_questions
 from ..sim.sim_agent import SimAgent
 from ..sim.roles import SimJudge, SimEvolver
@@ -15,9 +15,11 @@ from ..agent.versions import load_manifest, set_prompts
 from ..log import HarnessLog, TrainRunId
 from .gepa_engine import gepa_engine_train
 from ..train.runner import Runner
+from ..train.workspace import RepeatedTestLook
 from ..executors import run_jobs, check_executor
 from .rules import BENCH_RULES, ENGINE_RULES, check_rules, rule_acceptance
-from .grid import grid_cells, BenchSettings, DEFAULT_GRID_SPLIT, bench_run_config
+from .grid import (grid_cells, BenchSettings, DEFAULT_GRID_SPLIT, bench_run_config, FullCoupling,
+                                full_coupling_note)
 from .loop_report import grid_summary
 # the names a grid's users import from here (the stage notebook, scripts, tests); they live in the modules below
 from .rules import ABLATIONS, CEILINGS, RULE_DESCRIPTIONS
@@ -102,7 +104,9 @@ async def train_with_rule(runner:Runner, rule:str, max_calls:int) -> tuple[list,
     def on_event(name, info):
         if name == 'checkpoint' and info['calls'] is not None: timeline.append((info['calls'], info['delivery']))
     acc, overrides = rule_acceptance(rule, runner.data_dir)
-    res = await runner.train(f'bench-{rule}', acceptance=acc, on_event=on_event, **overrides)
+    with warnings.catch_warnings():  # every rule's final test looks at this workspace's one test pool, but the bench
+        warnings.simplefilter('ignore', RepeatedTestLook)  # scores each by the world's truth: no look chooses anything
+        res = await runner.train(f'bench-{rule}', acceptance=acc, on_event=on_event, **overrides)
     return timeline, list(res.state.decisions)
 
 # %% ../../nbs/bench/02_loop_bench.ipynb #be48e72f
@@ -194,23 +198,21 @@ async def run_grid(
     settings, t0 = settings or BenchSettings(), time.perf_counter()
     check_rules(rules)
     check_executor(executor, processes, address)
+    if note := full_coupling_note(worlds, settings): warnings.warn(note, FullCoupling, stacklevel=2)
     cells = grid_cells(worlds, budget)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-grid-'))
     keys = [(i, s) for s in seeds for i in range(len(cells))]  # seed by seed: an interrupted grid has whole seeds done
     args = {(i, s): (cells[i].world, s, tuple(rules), cells[i].budget, settings) for i, s in keys}
-    done = {k: job_rows_file(*a, work/f'cell{k[0]}') for k, a in args.items()}
-    results = {k: read_json(done[k]) for k in keys if done[k].exists()}
-    for k in results:
-        if verbose: say_job(k, results[k], kept=True)
-    todo = {k: a + (None if executor == 'ray' else str(work/f'cell{k[0]}'), ) for k, a in args.items()
-            if k not in results}
     describe = lambda k: failed_job_note(k[0], cells[k[0]], k[1], workdir)
-    try:
+    with scratch_folder(workdir, 'treetrm-grid-') as work:  # None: removed after, whatever happens
+        done = {k: job_rows_file(*a, work/f'cell{k[0]}') for k, a in args.items()}
+        results = {k: read_json(done[k]) for k in keys if done[k].exists()}
+        for k in results:
+            if verbose: say_job(k, results[k], kept=True)
+        todo = {k: a + (None if executor == 'ray' else str(work/f'cell{k[0]}'), ) for k, a in args.items()
+                if k not in results}
         async with contextlib.aclosing(run_jobs(fresh_job, todo, executor, processes, address, describe)) as finished:
             async for k, rows in finished:  # a failure here too stops the jobs still running
                 atomic_write_json(done[k], rows)
                 results[k] = rows
                 if verbose: say_job(k, rows)
-    finally:
-        if workdir is None: shutil.rmtree(work, ignore_errors=True)
     return grid_summary(cells, seeds, rules, results, settings, t0)

@@ -8,7 +8,7 @@ import json, shutil, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
-from ..core import ConfigError, asset_dir, where
+from ..core import ConfigError, asset_dir, scratch_folder, where
 from ..data import load_questions
 from ..llm.protocol import LLMProvider, LLMResponse
 from ..sim.generator import reachable
@@ -105,7 +105,7 @@ def planted_table(world:dict, rows:list[dict]) -> pl.DataFrame:
 
 # %% ../../nbs/bench/00_throughput.ipynb #1d754e4c
 async def planted_truth(world_dir:str|Path|None=None, # the world (None: the demo world)
-                        workdir:str|Path|None=None, # scratch folder for skills and the log (None: a temp folder)
+                        workdir:str|Path|None=None, # folder for skills and the log, kept (None: a temporary one)
                         *, seed_skills:str|Path|None=None, # the seed skills (None: prompts/skills)
                         concurrency:int=16, # questions in flight
                         seed:int=0, # run seed
@@ -113,17 +113,15 @@ async def planted_truth(world_dir:str|Path|None=None, # the world (None: the dem
                        ) -> pl.DataFrame:
     "Run the sim agent with the seed, helpful and trap configurations; measured vs planted accuracy per type."
     d, world = world_path(world_dir), load_world(world_dir)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-planted-'))
     seed_dir = Path(seed_skills) if seed_skills else asset_dir('prompts')/'skills'
-    questions, log, rows = load_questions(d/'questions.jsonl'), HarnessLog(work/'harness.db'), []
-    try:
+    questions, rows = load_questions(d/'questions.jsonl'), []
+    with scratch_folder(workdir, 'treetrm-planted-') as work, HarnessLog(work/'harness.db') as log:
         for config in CONFIGS:
             skills = skills_with_rules(seed_dir, work/'skills'/config, config_rules(world, config))
             await run_inference(questions, trees_dir=d / 'trees', provider=SimAgent(d, seed), log=log,
                                 run_id=f'planted-{config}', skills_dir=skills, concurrency=concurrency, seed=seed,
                                 max_steps=max_steps, progress=False)
             rows += _run_rows(world, log, f'planted-{config}', config)
-    finally: log.close()
     return planted_table(world, rows)
 
 def planted_wide(table:pl.DataFrame, # a `planted_truth` table
@@ -186,7 +184,7 @@ async def benchmark_throughput(world_dir:str|Path|None=None, # the world (None: 
                                latency_s:float=0.1, # agent latency per call, L
                                concurrency:int=16, # questions in flight, C
                                cpu_questions:int|None=None, # questions of the zero-latency run (None: n_questions)
-                               workdir:str|Path|None=None, # scratch folder (None: a temp folder)
+                               workdir:str|Path|None=None, # folder for the runs' logs, kept (None: a temporary one)
                                skills_dir:str|Path|None=None # skills (None: prompts/skills)
                               ) -> dict:
     "Throughput at latency L and concurrency C against the ideal, and harness CPU per agent step at zero latency."
@@ -194,11 +192,11 @@ async def benchmark_throughput(world_dir:str|Path|None=None, # the world (None: 
     qs = load_questions(d/'questions.jsonl')
     if not 1 <= n_questions <= len(qs):
         raise ConfigError(where(f'n_questions must be in 1..{len(qs)}, got {n_questions}', field='n_questions'))
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix='treetrm-bench-'))
     skills = Path(skills_dir) if skills_dir else asset_dir('prompts')/'skills'
-    lat = await measure_run(qs[:n_questions], d / 'trees', skills, SimAgent(d, latency_s=latency_s), work, 'latency',
-                            concurrency)
-    cpu = await measure_run(qs[:cpu_questions or n_questions], d/'trees', skills, SimAgent(d), work, 'cpu', 1)
+    with scratch_folder(workdir, 'treetrm-bench-') as work:
+        lat = await measure_run(qs[:n_questions], d / 'trees', skills, SimAgent(d, latency_s=latency_s), work,
+                                'latency', concurrency)
+        cpu = await measure_run(qs[:cpu_questions or n_questions], d/'trees', skills, SimAgent(d), work, 'cpu', 1)
     return throughput_figures(lat, cpu, latency_s, concurrency)
 
 def throughput_figures(lat:RunFigures, cpu:RunFigures, latency_s:float, concurrency:int) -> dict:

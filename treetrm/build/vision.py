@@ -4,7 +4,7 @@
 
 # %% ../../nbs/build/01_vision.ipynb #f3d57a56
 from __future__ import annotations
-import json, string, time
+import asyncio, json, string, time
 from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
@@ -79,23 +79,34 @@ class BuildLedger(ResponseCache):
         db.execute(f'CREATE TABLE IF NOT EXISTS calls ({", ".join(CALL_COLUMNS)})')
         return db
 
-    def _insert_call(self, db, row:dict):
-        db.execute(f'INSERT INTO calls VALUES ({", ".join("?" * len(CALL_COLUMNS))})',
-                   [row.get(k) for k in CALL_COLUMNS[:-1]] + [time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())])
+    def _write_call(self, db, row:dict, ahead:int|None=None) -> int:
+        "Insert a call row, or complete the row `ahead` written before the request (its time stays); the row's id."
+        values = [row.get(k) for k in CALL_COLUMNS[:-1]]
+        if ahead is not None:
+            db.execute(f'UPDATE calls SET {", ".join(f"{k} = ?" for k in CALL_COLUMNS[:-1])} WHERE rowid = ?',
+                       values + [ahead])
+            return ahead
+        stamp = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
+        insert = f'INSERT INTO calls VALUES ({", ".join("?" * len(CALL_COLUMNS))})'
+        return db.execute(insert, values + [stamp]).lastrowid
 
-    def record(self, row:dict):
-        "Store one call row."
-        with self._lock: self._insert_call(self._conn(), row)
+    def sent(self, row:dict) -> int:
+        "Write a call's row with status 'sent' before its request goes out; its id, for `record` or `put_billed`."
+        with self._lock: return self._write_call(self._conn(), row | {'status': 'sent'})
 
-    def put_billed(self, key:str, r:LLMResponse, row:dict):
-        "Store a fresh reply and its call row in one transaction."
+    def record(self, row:dict, ahead:int|None=None):
+        "Store one call row, or complete the one `sent` wrote ahead."
+        with self._lock: self._write_call(self._conn(), row, ahead)
+
+    def put_billed(self, key:str, r:LLMResponse, row:dict, ahead:int|None=None):
+        "Store a fresh reply and its call row (completing the one written ahead) in one transaction."
         with self._lock:
             db = self._conn()
             db.execute('BEGIN IMMEDIATE')
             try:
                 db.execute('INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?)',
                            (key, r.model, r.content, r.reasoning, json.dumps(r.usage), ''))
-                self._insert_call(db, row)
+                self._write_call(db, row, ahead)
             except BaseException:
                 db.execute('ROLLBACK')
                 raise
@@ -123,21 +134,20 @@ class VisionCaller:
         key = cache_key(model, messages, 0.0, None, 0, fmt, tuple(image_digest(i) for i in images))
         labels = dict(video_id=video_id, node_id=node_id, kind=kind, request_key=key, run_id=f'build_{video_id}',
                       role='vision', model=model)
+        row = lambda **kw: telemetry_row(**labels, call_id=key[:16], **kw) | labels
         if hit := self.ledger.get(key):
-            self.ledger.record(telemetry_row(**labels, status='cache_hit', cache_hit=True, call_id=key[:16]) | labels)
+            self.ledger.record(row(status='cache_hit', cache_hit=True))
             return hit
         async with self.limit.hold():
-            t0 = time.monotonic()
+            t0, ahead = time.monotonic(), self.ledger.sent(row(status='sent', attempt=1))
             try: r = await self.provider.chat(messages, temperature=0.0, seed=0, response_format=fmt, images=images)
-            except Exception as e:
-                failed = telemetry_row(**labels, status='error', attempt=1, latency_s=time.monotonic() - t0,
-                                       error=str(e)[:300])
-                self.ledger.record(failed | labels)
+            except (Exception, asyncio.CancelledError) as e:  # the process dying leaves the row 'sent'
+                how = dict(status='error', error=str(e)[:300]) if isinstance(e, Exception) else dict(status='cancelled')
+                self.ledger.record(row(attempt=1, latency_s=time.monotonic() - t0, **how), ahead)
                 raise
         usage = {k: int(r.usage.get(k) or 0) for k in ('prompt_tokens', 'completion_tokens')}
-        row = telemetry_row(**labels, **usage, status='ok', attempt=1, latency_s=time.monotonic() - t0,
-                            call_id=key[:16], cost=call_cost(r.model or model, usage, prices)) | labels
-        self.ledger.put_billed(key, r, row)
+        self.ledger.put_billed(key, r, row(**usage, status='ok', attempt=1, latency_s=time.monotonic() - t0,
+                                           cost=call_cost(r.model or model, usage, prices)), ahead)
         return r
 
 # %% ../../nbs/build/01_vision.ipynb #b714c5e0

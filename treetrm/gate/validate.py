@@ -386,10 +386,13 @@ def _workspace(base_skills_dir:Path, workspace) -> Path:
     return base_skills_dir.parent.parent
 
 # %% ../../nbs/gate/05_validate.ipynb #6dcf579f
-def gate_log_rows(outcomes:Mapping[str, ValidationOutcome], run_id:str, gate_id:str) -> dict[str, list[dict]]:
+def gate_log_rows(outcomes:Mapping[str, ValidationOutcome], run_id:str, gate_id:str,
+                  arm_runs:Mapping[str, Mapping[str, str]]|None=None # task type -> arm -> run its answers are under
+                 ) -> dict[str, list[dict]]:
     "harness.db rows of a finished round: table name -> rows."
-    ids = dict(run_id=run_id, gate_id=gate_id)
-    return {'gate_evidence': [ids | r for o in outcomes.values() for r in o.evidence],
+    ids, runs = dict(run_id=run_id, gate_id=gate_id), arm_runs or {}
+    arms = lambda tt: {f'{arm}_run_id': runs.get(tt, {}).get(arm) for arm in ARMS}
+    return {'gate_evidence': [ids | r | arms(tt) for tt, o in outcomes.items() for r in o.evidence],
             'quadrant_pairs': [ids | dict(task_type=tt, unit_id=u, quadrant=quadrant(*bc))
                                for tt, o in outcomes.items() for u, bc in o.paired.items()],
             'shadow_gate': [ids | dict(task_type=tt, rule=s.rule, decision=s.decision, n_used=s.n_used, detail=s.detail)
@@ -453,7 +456,8 @@ async def validate_skills_concurrent(
         consume:str='ladder', # 'ladder'; 'arrival' is a test-only switch that shows the arrival-order bias
         workspace:str|Path|None=None, # where tmp/candidates goes (default: the folder holding skills/)
         skill_mode:str='auto', # how the agent reads skills (names what the base-arm cache key covers)
-        inherit:bool=False # an accepted candidate's paired outcomes become the base arm of its content
+        inherit:bool=False, # an accepted candidate's paired outcomes become the base arm of its content
+        arm_runs:Mapping[str, Mapping[str, str]]|None=None # task type -> arm -> the run its answers are filed under
        ) -> dict[str, ValidationOutcome]:
     "Gate every candidate concurrently on its ladder; consume paired outcomes in ladder order; one outcome per type."
     _check_round_args(candidates, run_id, gate_id, prompts_version)
@@ -473,8 +477,7 @@ async def validate_skills_concurrent(
         await _run_round(rnd, launch_order({tt: len(g.units) for tt, g in gates.items()}, cached))
         outcomes = _final_outcomes(gates, where_)
         if inherit: inherit_candidates(gates, baseline_cache, cand_dirs, prompts_version, skill_mode)
-    if log is not None:
-        for table, rows in gate_log_rows(outcomes, run_id, gate_id).items(): await log.ainsert(table, rows)
+    if log is not None: await log.ainsert_many(gate_log_rows(outcomes, run_id, gate_id, arm_runs))  # one transaction
     return outcomes
 
 # %% ../../nbs/gate/05_validate.ipynb #e00aee65

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/llm/02_backends.ipynb #da348420
 from __future__ import annotations
-import asyncio, importlib, random
+import asyncio, contextvars, importlib, random
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -16,8 +16,8 @@ from .resilience import backoff_delay
 from .client import OpenAIProvider, RoleBounds
 
 # %% auto #0
-__all__ = ['BACKENDS', 'DATA_CHECKS', 'DEMO_WORLD', 'register_backend', 'resolve_reference', 'make_providers', 'openai_providers',
-           'check_backend_data', 'EndpointTelemetry', 'EndpointPool', 'role_provider', 'demo_world']
+__all__ = ['BACKENDS', 'DATA_CHECKS', 'FAILOVER', 'DEMO_WORLD', 'register_backend', 'resolve_reference', 'make_providers',
+           'openai_providers', 'check_backend_data', 'EndpointTelemetry', 'EndpointPool', 'role_provider', 'demo_world']
 
 # %% ../../nbs/llm/02_backends.ipynb #8135ed21
 BACKENDS: dict[str, Callable|str] = {}  # backend name -> its providers factory, or a 'module:function' reference to it
@@ -67,12 +67,15 @@ register_backend('sim', 'treetrm.sim.roles:sim_providers', 'treetrm.sim.roles:ch
 register_backend('openai', openai_providers)
 
 # %% ../../nbs/llm/02_backends.ipynb #dd1fa004
+FAILOVER = contextvars.ContextVar('treetrm_failover', default=0) # the attempt of a pool's call now out (0: its first)
+
 class EndpointTelemetry:
     "A telemetry sink that tags each row of a request sent to `endpoint` (a cache hit went nowhere: no tag)."
     def __init__(self, sink:Callable, endpoint:str): self.sink, self.endpoint = sink, endpoint
     def tag(self, row:dict) -> dict:
-        "`row` with the endpoint added, unless it is a cache hit."
-        return row if row.get('status') == 'cache_hit' else row | {'endpoint': self.endpoint}
+        "`row` with the endpoint added (and `failover`, on a call's later attempts), unless it is a cache hit."
+        if row.get('status') == 'cache_hit': return row
+        return row | {'endpoint': self.endpoint} | ({'failover': n} if (n := FAILOVER.get()) else {})
     def __call__(self, row:dict): return self.sink(self.tag(row))
     @property
     def sent(self) -> Callable|None:
@@ -124,9 +127,11 @@ async def chat(self:EndpointPool, messages:list[dict], **kw) -> LLMResponse:
             tried = set()
         i = self.pick(tried)
         tried.add(i)
+        token = FAILOVER.set(attempt)  # its rows say which attempt of the call they are
         try: return await self._on(i, messages, kw)
         except InfraError as e:
             if not getattr(e, 'retryable', False) or attempt == cfg.max_retries: raise
+        finally: FAILOVER.reset(token)
 
 @patch
 async def aclose(self:EndpointPool):

@@ -91,6 +91,9 @@ class RecordedProvider:
     def max_tokens(self) -> int|None:
         "The wrapped provider's reply limit in tokens, when it says."
         return getattr(self.inner, 'max_tokens', None)
+    async def aclose(self):
+        "Close the wrapped provider's connections, when it holds any (`protocol.ClosableProvider`)."
+        if (close := getattr(self.inner, 'aclose', None)) is not None: await close()
 
     def _row(self, labels:dict, **kw) -> dict:
         "A telemetry row of this call: `labels` (call id; run, or request key when nothing was written ahead) and `kw`."

@@ -18,14 +18,14 @@ from ..gate.evalues import GateParams, e_value_plus, flip_counts
 from ..gate.anchors import more_wins, not_fewer_wins, margin_accepts, bayes_accepts, mcnemar_accepts
 from ..gate.ladder import Ladder, ladder_units
 from ..gate.baseline_cache import BaselineCache
-from ..gate.evaluators import UnitOutcome, unit_outcome_from_predictions
+from ..gate.evaluators import ARMS, UnitOutcome, unit_outcome_from_predictions
 from ..gate.validate import validate_skills_concurrent, materialised_candidates, candidates_root, base_view_sha
 from ..log import TrainRunId
 from .workspace import Workspace, AgentSetup
 
 # %% auto #0
 __all__ = ['ACCEPTANCE', 'GateRequest', 'Acceptance', 'AcceptanceRule', 'agent_prompts_key', 'base_view_key', 'base_key',
-           'baseline_cache', 'pair_seed_key', 'unit_evaluator', 'gate_rule', 'candidate_ladder_units',
+           'baseline_cache', 'pair_seed_key', 'arm_run_id', 'unit_evaluator', 'gate_rule', 'candidate_ladder_units',
            'full_validation_rule', 'greedy_rule', 'greedy_margin_rule', 'bayes_rule', 'fixed_n_rule', 'gepa_rule',
            'gepa_pool_rule', 'gepa_minibatch_rule', 'gepa_veto_rule']
 
@@ -104,12 +104,15 @@ def pair_seed_key(req:GateRequest) -> str|None:
     "What names a paired arm's request seeds: the training run's pairs when `pair_seeds` is on (else its own run id)."
     return f'{req.run_id}/pairs' if req.pair_seeds else None
 
+def arm_run_id(ws:Workspace, req:GateRequest, task_type:str, arm:str) -> str:
+    "The run one arm's answers for a task type are filed under: a base arm's names its content, another its gate."
+    if arm == 'base': return TrainRunId(req.run_id).base_arm(base_key(ws, req, task_type), task_type)
+    return TrainRunId(req.run_id).gate_arm(req.gate_id, task_type, arm)
+
 def unit_evaluator(ws:Workspace, req:GateRequest):
     "An `evaluate(unit, arm, skills_dir)` over `run_inference` with resumable, decision-stable run ids."
     async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
-        base = arm == 'base'
-        if base: rid = TrainRunId(req.run_id).base_arm(base_key(ws, req, unit.task_type), unit.task_type)
-        else: rid = TrainRunId(req.run_id).gate_arm(req.gate_id, unit.task_type, arm)
+        base, rid = arm == 'base', arm_run_id(ws, req, unit.task_type, arm)
         ids = list(unit.question_ids)
         rows = ws.log.prediction_outcomes(rid, ids)
         # not answered before (a base arm is, once per content)
@@ -136,7 +139,9 @@ async def gate_rule(runner:Workspace, req:GateRequest) -> dict[str, Acceptance]:
                                                 params=req.params, log=runner.log,
                                                 gate_guard_err=runner.config.gate_guard_err,
                                                 workspace=runner.workspace, baseline_cache=cache,
-                                                skill_mode=runner.skill_mode, inherit=req.inherit_base)
+                                                skill_mode=runner.skill_mode, inherit=req.inherit_base,
+                                                arm_runs={t: {arm: arm_run_id(runner, req, t, arm) for arm in ARMS}
+                                                          for t in req.candidates})
     return {t: Acceptance(t, o.decision, o.w, o.l, o.n_used, o.verdict.e_value, o.candidate_questions(),
                           tuple(o.paired), o) for t, o in outs.items()}
 

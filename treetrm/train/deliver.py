@@ -4,7 +4,7 @@
 
 # %% ../../nbs/train/08_deliver.ipynb #c1e0c003
 from __future__ import annotations
-import math
+import math, warnings
 from dataclasses import replace
 import polars as pl
 from ..core import atomic_write_json
@@ -13,7 +13,7 @@ from ..agent.inference import predictions_correctness
 from ..gate.probation import Probation
 from .settings import TrainConfig
 from .checkpoint import TrainState, decision_fingerprint
-from .workspace import Workspace, BASELINE_RUN
+from .workspace import Workspace, BASELINE_RUN, RepeatedTestLook, repeated_look_warning
 from .run import TrainRun, actual_usage, role_usage
 from .step import write_version
 from .epoch_end import dual_metric_rows, probation_entry
@@ -71,7 +71,7 @@ def run_metrics(ws:Workspace, run:TrainRun, state:TrainState, final:str, # the f
                 decisions=decision_tally(state.decisions), confirmed_rules=confirmed_rule_counts(state.decisions),
                 gated_task_types=sorted(run.gated), forecast=state.forecast, power=state.forecast.get('power', []),
                 actual=actual_usage(role_usage(ws.log, ws.run_ids(run.rid)), state.forecast),
-                report_settings=run.report_settings(),
+                report_settings=run.report_settings(), speculative_calls=ws.speculative_calls(run.rid),
                 decision_fingerprint=decision_fingerprint(state.decisions))
 
 def delivered_version(config:TrainConfig, state:TrainState) -> str:
@@ -112,6 +112,7 @@ async def final_phase(ws:Workspace, run:TrainRun, state:TrainState) -> TrainStat
                                event=event)  # a resume after a kill here records the delivery once
     final = run.ids.final_test()
     await ws.answer(run.test, final, run.agent_setup('final_test', v, state.prompts_version))
+    if said := repeated_look_warning(ws.test_looks(), final): warnings.warn(said, RepeatedTestLook, stacklevel=2)
     preds = ws.log.predictions(final)
     ws.log.insert_many({'dual_metric': dual_metric_rows(final, 'test', v, run.test,
                                                         predictions_correctness(ws.log, final)),

@@ -82,4 +82,5 @@ async def train_to_end(ws:Workspace, run:TrainRun, state:TrainState, report:Repo
             bar.n = bar_position(unit, state, budget)
             bar.set_postfix(epoch=state.epoch, phase=state.phase, best=f'{state.best_accuracy:.3f}')
             bar.refresh()
+        bar.total = bar.n  # the plan's end, or where training stopped (patience, the budget): it closes complete
     return state

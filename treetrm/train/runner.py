@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 import polars as pl
 from fastcore.basics import patch
-from ..core import (ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes, package_dir,
-                          sha256_file)
+from ..core import (CallBudget, ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes,
+                          package_dir, sha256_file)
 from ..agent.versions import load_manifest
 from ..log import FINAL_TEST, TrainRunId, check_run_id, gate_id, gate_step
+from ..llm.ledger import call_budget, filed_under
 from ..agent.inference import InferenceResult, answer_health, call_errors, seed_probe, seed_probe_note
 from .settings import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
 from .checkpoint import TrainState, load_checkpoint
@@ -31,7 +32,7 @@ from .. import report, __version__
 
 # %% auto #0
 __all__ = ['STEP_DECISION_COLUMNS', 'Runner', 'priced_costs', 'accuracy_curves', 'TrainResult', 'earlier_attempts',
-           'archived_note', 'new_draw_note', 'finished_note', 'PoolEvaluation']
+           'archived_note', 'new_draw_note', 'finished_note', 'budget_note', 'PoolEvaluation']
 
 # %% ../../nbs/train/11_runner.ipynb #de836d53
 class Runner(Workspace):
@@ -40,11 +41,13 @@ class Runner(Workspace):
 # %% ../../nbs/train/11_runner.ipynb #8be4d22f
 @patch
 def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFrame:
-    "Forecast (and, given the run, actual) calls, tokens and cost per role; a cost without a price: `no price set`."
+    "Forecast and actual calls, tokens and cost per role (no price: `no price set`); of the agent's, those timing decided."
     actual = actual_usage(role_usage(self.log, self.run_ids(rid)), forecast) if rid else {}
     used = lambda role, f: shown_usage({k: actual.get(role, {}).get(k, 0) for k in f})
+    timing = {'agent': self.speculative_calls(rid)} if rid else {}
     rows = [{'role': role, **{f'forecast_{k}': v for k, v in shown_usage(f).items()},
-             **({f'actual_{k}': v for k, v in used(role, f).items()} if rid else {})}
+             **({f'actual_{k}': v for k, v in used(role, f).items()} if rid else {}),
+             **({'actual_speculative_calls': timing.get(role, 0)} if rid else {})}
             for role, f in forecast['roles'].items()]
     return pl.DataFrame(rows)
 
@@ -247,6 +250,27 @@ def _finished(self:Runner, run:TrainRun, state:TrainState) -> TrainResult:
     if note := new_draw_note(m, earlier_attempts(self.workspace/'runs', run.run_id)): print(note)
     return TrainResult(run.run_id, run.rid, state, m, run.dir)
 
+def budget_note(max_calls:int|None, # the run's hard budget (None: none)
+                split_calls:int # the calls the workspace's split made (`Workspace.split_calls`)
+               ) -> str|None:
+    "What a run's hard budget counts, and that the split's calls are not in it; None without a budget."
+    if max_calls is None: return None
+    return (f"max_calls = {max_calls} counts this run's training calls (the seed probe's too); the split's "
+            f'{split_calls} calls (the baseline run, the diagnosis, and the redraw that measures the discordance) '
+            'were spent before it, once for every run of this workspace, and are not counted')
+
+@patch
+async def _first_state(self:Runner, run:TrainRun) -> TrainState:
+    "A new run's first state, checkpointed; before it, what the budget counts and (pair seeds) the seed probe in it."
+    if note := budget_note(run.config.max_calls, self.split_calls()): print(note)
+    if run.config.pair_seeds:
+        budget = CallBudget(run.config.max_calls, used=self.training_calls(run.rid))
+        with filed_under(run.ids.seed_probe()), call_budget(budget):
+            await self.probe_seeds(run.dir, run.config.temperature)
+    state = await initial_state(self, run)
+    save_state(self, run, state)
+    return state
+
 @patch
 async def train(self:Runner, run_id:str='v1', # the training run; the same id resumes it
                 *, epochs:int|None=None, # overrides config.epochs
@@ -272,10 +296,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
         print(finished_note(self.log, run_id, run.rid))
         return TrainResult(run_id, run.rid, state, read_json(run.dir/'metrics.json'), run.dir, True)
     self.log.start_run(run.rid, 'train', params=run.parts)
-    if state is None:
-        if cfg.pair_seeds: await self.probe_seeds(run.dir, cfg.temperature)
-        state = await initial_state(self, run)
-        save_state(self, run, state)
+    if state is None: state = await self._first_state(run)
     power = state.forecast.get('power', [])
     if show:
         print(POWER_NOTE.format(power=POWER))

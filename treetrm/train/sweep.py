@@ -47,6 +47,7 @@ def sweep_row(name:str, settings:dict, metrics:dict, wall_s:float) -> dict:
                 delivered_accuracy=t['delivered_accuracy'], delta=t['delta'], w=t['w'], l=t['l'],
                 p_mcnemar=t['p_mcnemar'], e_value=t['e_value'], decisions=metrics['decisions'],
                 calls={role: u.get('calls') for role, u in (metrics.get('actual') or {}).items()},
+                speculative_calls=metrics.get('speculative_calls'),
                 wall_s=round(wall_s, 2))
 
 async def sweep_job(workdir:str, name:str, settings:dict, runner_kw:dict) -> dict:
@@ -110,10 +111,12 @@ async def sweep(runs:dict, # run name -> `Runner.train` settings it changes (`sw
     return sweep_frame(out)
 
 SWEEP_COLUMNS = ('run', 'settings', 'delivered_version', 'best_version', 'test_n', 'seed_accuracy',
-                 'delivered_accuracy', 'delta', 'w', 'l', 'p_mcnemar', 'e_value', 'calls', 'wall_s')
+                 'delivered_accuracy', 'delta', 'w', 'l', 'p_mcnemar', 'e_value', 'calls', 'speculative_calls',
+                 'wall_s')
 
 def sweep_frame(rows:list[dict]) -> pl.DataFrame:
     "The rows as a table: one run a row, its settings as text, its final test, its calls (all roles)."
     flat = [r | dict(settings=', '.join(f'{k}={v}' for k, v in r['settings'].items()),
-                     calls=sum(c or 0 for c in r['calls'].values())) for r in rows]
+                     calls=sum(c or 0 for c in r['calls'].values()), speculative_calls=r.get('speculative_calls'))
+            for r in rows]
     return pl.DataFrame([{k: r[k] for k in SWEEP_COLUMNS} for r in flat])

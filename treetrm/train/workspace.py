@@ -10,11 +10,11 @@ from pathlib import Path
 import polars as pl
 from fastcore.basics import patch
 from ..core import ConfigError, DataError, sweep_temp_files, where, check_count
-from ..data import Question, load_questions
+from ..data import Question, build_units, load_questions
 from ..llm.resilience import ResponseCache
 from ..agent.versions import (MANIFEST_FILE, VersionStore, init_workspace, load_manifest, seed_skills_dir,
                                    set_current, set_best, version_name)
-from ..log import FINAL_TEST, HarnessLog, check_run_id, TrainRunId
+from ..log import FINAL_TEST, GATE_RUN_MARK, HarnessLog, check_run_id, glob_literal, TrainRunId
 from ..agent.inference import run_inference, InferenceResult
 from ..proposers.diagnose import diagnose as diagnose_run
 from ..gate.validate import base_skills_sha
@@ -316,7 +316,7 @@ def prompts_dir(self:Workspace, prompts_version:str|None) -> Path|None:
 def uncached_agent(self:Workspace):
     "The agent's provider without the response cache (a probe must reach the endpoint with one request twice)."
     if getattr(self.providers['agent'], 'cache', None) is None: return self.providers['agent']
-    return make_providers('openai', roles=('agent',), telemetry=self.recorder, cache=None)['agent']
+    return BudgetedProvider(make_providers('openai', roles=('agent',), telemetry=self.recorder, cache=None)['agent'])
 
 @patch
 def run_calls(self:Workspace, rid:str) -> pl.DataFrame:
@@ -325,16 +325,42 @@ def run_calls(self:Workspace, rid:str) -> pl.DataFrame:
 
 @patch
 def training_agent_calls(self:Workspace, rid:str) -> int:
-    "Agent calls a training run has made so far: rollouts, gates, validation runs, an init run — not the final test."
+    "Agent calls a training run has made so far: rollouts, gates, validation, init, seed probe; not the final test."
     condition, params = TrainRunId(rid).training_condition()
-    return int(self.log.query(f"SELECT count(*) FROM llm_calls WHERE role = 'agent' AND {condition}", params).item())
+    once = "json_extract(extra, '$.failover') IS NULL"  # a call once, not per endpoint it tried
+    sql = f"SELECT count(*) FROM llm_calls WHERE role = 'agent' AND {condition} AND {once}"
+    return int(self.log.query(sql, params).item())
 
 @patch
 def training_calls(self:Workspace, rid:str) -> int:
     "Model calls of every role a training run has made so far, the final test excepted (the hard budget counts these)."
-    return self.run_calls(rid).filter(~pl.col('run_id').str.ends_with(FINAL_TEST)).height
+    rows = self.run_calls(rid).filter(~pl.col('run_id').str.ends_with(FINAL_TEST))
+    return rows.filter(pl.col('extra').str.json_path_match('$.failover').is_null()).height  # a call once, not per try
+
+@patch
+def split_calls(self:Workspace) -> int:
+    "Model calls the workspace's split made: the baseline run, the diagnosis, the redraw for the discordance."
+    sql = 'SELECT count(*) FROM llm_calls WHERE run_id IN (?, ?)'
+    return int(self.log.query(sql, (BASELINE_RUN, redraw_run_id(BASELINE_RUN))).item())
 
 @patch
 def run_ids(self:Workspace, rid:str) -> list[str]:
     "The run ids under which a training run's model calls were filed."
     return sorted(self.run_calls(rid)['run_id'].unique().to_list())
+
+# %% ../../nbs/train/03_workspace.ipynb #350bc128
+def _calls_by_answer(log:HarnessLog, rid:str) -> dict[tuple[str, str], int]:
+    "(gate arm run, question) -> agent calls that answer took, over a training run's gate arms (from its trace)."
+    sql = ("SELECT run_id, question_id, json_extract(content, '$.n_calls') FROM traces "
+           "WHERE step = -1 AND role = 'result' AND run_id GLOB ?")
+    return {(r, q): n or 0 for r, q, n in log.query(sql, (f'{glob_literal(rid)}{GATE_RUN_MARK}*', )).iter_rows()}
+
+@patch
+def speculative_calls(self:Workspace, rid:str) -> int|None:
+    "Agent calls of a run's gate arms whose answers no gate used (running when their gate decided); None: not known."
+    used = self.log.query('SELECT unit_id, base_run_id, cand_run_id FROM gate_evidence WHERE run_id = ?', (rid, ))
+    if not used.height: return 0  # no gate ran ahead of a decision
+    if used['cand_run_id'].null_count(): return None  # recorded before the evidence named its runs
+    questions = {u.unit_id: u.question_ids for u in build_units(self.pool('validation'))}
+    kept = {(run, q) for unit, *runs in used.iter_rows() for run in runs for q in questions.get(unit, (unit, ))}
+    return sum(n for answer, n in _calls_by_answer(self.log, rid).items() if answer not in kept)
