@@ -24,7 +24,7 @@ HOMES = {'acceptance': ('train.acceptance',), 'agent': ('agent.navigate',), 'anc
          'log': ('log', 'log_schema'),
          'loop_bench': ('bench.loop_bench', 'bench.rules', 'bench.grid', 'bench.loop_report'),
          'noise': ('bench.noise',), 'realism': ('sim.realism',), 'report': ('report', 'intervals', 'figures'),
-         'runner': ('train.runner', 'train.provenance', 'train.loop', 'train.workspace'),
+         'runner': ('train.runner', 'train.notes', 'train.provenance', 'train.loop', 'train.workspace'),
          'scale_bench': ('bench.scale',), 'sim': ('sim.world',),
          'sim_agent': ('sim.sim_agent',), 'sim_roles': ('sim.roles',), 'sim_server': ('sim.server',),
          'sim_video': ('sim.generator', 'sim.evidence'), 'sim_vision': ('sim.sim_vision',),

@@ -50,7 +50,15 @@ def request_key(role:str, model:str, messages, kw:Mapping) -> str:
 
 class CallRecorder:
     "Writes each model call's `llm_calls` row before its request goes out, then completes it; under the current run."
-    def __init__(self, log:HarnessLog|None=None): self.log, self.seen = log, {}
+    def __init__(self, log:HarnessLog|None=None, # where the rows go
+                 opener:Callable|None=None # called for the log when a call comes before any (a workspace made on use)
+                ): self.log, self.opener, self.seen = log, opener, {}
+
+    def _log(self) -> HarnessLog:
+        "The log the rows go to, opened by `opener` on the first call when none was given."
+        if self.log is None and self.opener is not None: self.log = self.opener()
+        if self.log is None: raise RuntimeError('CallRecorder has no log: give it one, or an opener')
+        return self.log
 
     def _filed(self, row:dict) -> dict:
         "`row` under its run (else the current one); a row with a request key gets its replayable id (see above)."
@@ -64,12 +72,12 @@ class CallRecorder:
     def sent(self, row:dict) -> dict:
         "Write a call's row with status 'sent' before its request goes out; the row as filed (its run and call id)."
         row = self._filed(row) | {'status': 'sent'}
-        self.log.record_llm_call(row)  # keys that are not columns go to `extra`
+        self._log().record_llm_call(row)  # keys that are not columns go to `extra`
         return row
 
     def __call__(self, row:dict):
         "Complete a call's row with its outcome, or write the row of a call that sent nothing (a cache hit)."
-        self.log.record_llm_call(self._filed(row))
+        self._log().record_llm_call(self._filed(row))
 
 # %% ../../nbs/llm/03_ledger.ipynb #96334a52
 @dataclass

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/train/11_runner.ipynb #03a4b3f3
 from __future__ import annotations
-import os, platform, re, shutil, sys, tempfile, uuid, warnings
+import os, platform, shutil, sys, tempfile, uuid, warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from ..core import (CallBudget, ConfigError, where, atomic_write_bytes, canonical_json, read_json, sha256_bytes,
                           package_dir, sha256_file)
 from ..agent.versions import load_manifest
-from ..log import FINAL_TEST, TrainRunId, check_run_id, gate_id, gate_step
+from ..log import FINAL_TEST, check_run_id, gate_id, gate_step
 from ..llm.ledger import call_budget, filed_under
 from ..agent.inference import InferenceResult, answer_health, call_errors, seed_probe, seed_probe_note
 from .settings import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
@@ -26,13 +26,13 @@ from .run import (TrainRun, open_train_run, initial_state, role_usage, shown_usa
                                type_counts, gating_frame, ungated_note)
 from ..llm.costs import NO_PRICE, price_of
 from .deliver import decisions_frame
+from .notes import earlier_attempts, archived_note, new_draw_note, finished_note, budget_note
 from .loop import train_to_end, save_state
 from .provenance import package_versions, git_state, role_provenance, skills_diff
 from .. import report, __version__
 
 # %% auto #0
-__all__ = ['STEP_DECISION_COLUMNS', 'Runner', 'priced_costs', 'accuracy_curves', 'TrainResult', 'earlier_attempts',
-           'archived_note', 'new_draw_note', 'finished_note', 'budget_note', 'PoolEvaluation']
+__all__ = ['STEP_DECISION_COLUMNS', 'Runner', 'priced_costs', 'accuracy_curves', 'TrainResult', 'PoolEvaluation']
 
 # %% ../../nbs/train/11_runner.ipynb #de836d53
 class Runner(Workspace):
@@ -41,7 +41,7 @@ class Runner(Workspace):
 # %% ../../nbs/train/11_runner.ipynb #8be4d22f
 @patch
 def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFrame:
-    "Forecast and actual calls, tokens and cost per role (no price: `no price set`); of the agent's, those timing decided."
+    "Forecast and actual calls, tokens, cost per role (no price: `no price set`); the agent calls timing decided."
     actual = actual_usage(role_usage(self.log, self.run_ids(rid)), forecast) if rid else {}
     used = lambda role, f: shown_usage({k: actual.get(role, {}).get(k, 0) for k in f})
     timing = {'agent': self.speculative_calls(rid)} if rid else {}
@@ -184,51 +184,6 @@ class TrainResult:
     path: Path # the run folder
     resumed_finished: bool = False # the run had already finished; nothing was retrained
 
-def earlier_attempts(runs_dir:Path, # the workspace's runs/
-                     run_id:str # the training run
-                    ) -> list[dict]:
-    "The archived attempts of a run, first first: folder, internal run id, and metrics.json (None: unfinished)."
-    number = lambda d: int(m[1]) if (m := re.fullmatch(rf'{re.escape(run_id)}\.archived-(\d+)', d.name)) else None
-    folders = sorted((number(d), d) for d in runs_dir.glob(f'{run_id}.archived-*') if number(d) is not None)
-    metrics = lambda d: read_json(d/'metrics.json') if (d/'metrics.json').is_file() else None
-    return [dict(folder=d, internal_run_id=str(TrainRunId.attempt(run_id, k)), metrics=metrics(d)) for k, d in folders]
-
-def _tested(m:dict) -> str:
-    "An attempt's final test in a few words."
-    return f"test accuracy {m['test']['delivered_accuracy']:.3f} with {m['delivered_version']}"
-
-def archived_note(attempt:dict, # the attempt just archived (`earlier_attempts`)
-                  rid:str # the internal run id of the attempt that starts
-                 ) -> str:
-    "What `fresh=True` says when it archives an attempt: where it went, and that the new attempt is a new draw."
-    how = f"finished, {_tested(attempt['metrics'])}" if attempt['metrics'] else 'unfinished'
-    return (f"fresh=True: the earlier attempt {attempt['internal_run_id']} ({how}) is archived in "
-            f"{attempt['folder']}; its rows stay in harness.db under its run id. This attempt, {rid}, is a new draw: "
-            'its batches, edits and answers are drawn afresh, so its result differs from the earlier one by chance')
-
-def new_draw_note(metrics:dict, # metrics.json of a finished attempt
-                  earlier:list[dict] # the run's archived attempts (`earlier_attempts`)
-                 ) -> str|None:
-    "How an attempt's final test compares with the attempts before it (None for a run's first attempt)."
-    ids = [a['internal_run_id'] for a in earlier]
-    if metrics['internal_run_id'] in ids: earlier = earlier[:ids.index(metrics['internal_run_id'])]  # an archived one
-    if not earlier: return None
-    done = [a for a in earlier if a['metrics']]
-    before = '; '.join(f"{a['internal_run_id']} ({a['folder'].name}): {_tested(a['metrics'])}" for a in done)
-    last = (f", {metrics['test']['delivered_accuracy'] - done[-1]['metrics']['test']['delivered_accuracy']:+.3f} "
-            f"against {done[-1]['internal_run_id']}") if done else ''
-    return (f"a new draw: {metrics['internal_run_id']} is attempt {len(earlier) + 1} of run {metrics['run_id']} "
-            f"(fresh=True), {_tested(metrics)}{last}. Earlier attempts: {before or 'none finished'}. Attempts of one "
-            'configuration differ by chance (batches, edits, sampled answers), and each final test is another look '
-            'at the test pool: report every attempt, or the first, not the best of them')
-
-def finished_note(log, run_id:str, rid:str) -> str:
-    "What a call to train a finished run says: when it finished, that its results are shown, how to train it again."
-    row = log.get_run(rid)
-    when = (row.finished_at or '?')[:16].replace('T', ' ') if row is not None else '?'
-    return (f'run {run_id} finished on {when} UTC; showing its results (nothing was retrained; '
-            f'fresh=True trains it again)')
-
 @patch
 def run_health(self:Runner, run_id:str) -> str|None:
     "`answer_health` of a run's stored answers: what to say first when most were INFRA or unformatted."
@@ -249,15 +204,6 @@ def _finished(self:Runner, run:TrainRun, state:TrainState) -> TrainResult:
     m = read_json(run.dir/'metrics.json')
     if note := new_draw_note(m, earlier_attempts(self.workspace/'runs', run.run_id)): print(note)
     return TrainResult(run.run_id, run.rid, state, m, run.dir)
-
-def budget_note(max_calls:int|None, # the run's hard budget (None: none)
-                split_calls:int # the calls the workspace's split made (`Workspace.split_calls`)
-               ) -> str|None:
-    "What a run's hard budget counts, and that the split's calls are not in it; None without a budget."
-    if max_calls is None: return None
-    return (f"max_calls = {max_calls} counts this run's training calls (the seed probe's too); the split's "
-            f'{split_calls} calls (the baseline run, the diagnosis, and the redraw that measures the discordance) '
-            'were spent before it, once for every run of this workspace, and are not counted')
 
 @patch
 async def _first_state(self:Runner, run:TrainRun) -> TrainState:

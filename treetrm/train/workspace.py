@@ -74,7 +74,7 @@ class Workspace:
         self.trees_dir = Path(trees_dir) if trees_dir is not None else self.data_dir/'trees'
         self.questions = load_questions(self.questions_path)
         self.by_id = {q.question_id: q for q in self.questions}
-        self.recorder = CallRecorder()  # its log is opened with the workspace, once everything is checked
+        self.recorder = CallRecorder(opener=lambda: self.log)  # the first call makes the workspace, if no stage did
         use_cache = response_cache and backend == 'openai'
         self.cache = ResponseCache(self.workspace/'cache'/'responses.sqlite') if use_cache else None  # made when used
         self.providers = _providers(backend, self.data_dir, seed, self.recorder, providers, self.cache)
