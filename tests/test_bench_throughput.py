@@ -13,15 +13,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.notebooks]  # the tiers: conftest.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
-def test_bench_throughput_notebook(tmp_path, monkeypatch):
+def test_bench_throughput_notebook(tmp_path):
     out = tmp_path/'bench'/'throughput.json'
-    scratch = tmp_path/'scratch'
-    scratch.mkdir()
-    monkeypatch.setenv('TMPDIR', str(scratch))  # the kernel's `benchmark_throughput` makes its scratch folder here
+    work = tmp_path/'work'  # the runs' logs, kept (without a workdir they go with their temporary folder)
     L, C, N, NC = 0.1, 8, 160, 40
     pm.execute_notebook(str(ROOT/'nbs'/'bench'/'throughput.ipynb'), str(tmp_path/'throughput_out.ipynb'),
                         kernel_name='python3',
-                        parameters=dict(n_questions=N, latency_s=L, concurrency=C, cpu_questions=NC, out=str(out)),
+                        parameters=dict(n_questions=N, latency_s=L, concurrency=C, cpu_questions=NC, out=str(out),
+                                        workdir=str(work)),
                         cwd=str(ROOT), progress_bar=False)
     f = json.loads(out.read_text())
     assert (f['latency_s'], f['concurrency'], f['n_questions'], f['cpu_run']['n_questions']) == (L, C, N, NC)
@@ -33,7 +32,6 @@ def test_bench_throughput_notebook(tmp_path, monkeypatch):
     assert f['wall_s'] > 0 and f['cpu_run']['wall_s'] > 0 and f['cpu_run']['steps'] >= NC
     # every question of both runs was answered once and persisted, none ended in an INFRA stop reason
     qs = load_questions(world_path(None)/'questions.jsonl')
-    [work] = scratch.glob('treetrm-bench-*')
     for run_id, n in (('latency', N), ('cpu', NC)):
         with HarnessLog(work/f'{run_id}.db') as log: p = log.predictions(run_id)
         assert sorted(p['question_id']) == sorted(q.question_id for q in qs[:n]), run_id

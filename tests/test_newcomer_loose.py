@@ -106,11 +106,16 @@ def test_stop_workers_uses_the_public_call_where_python_has_it():
 def test_stop_workers_ends_the_workers_of_a_real_pool():
     import concurrent.futures as cf, multiprocessing as mp, time
     from treetrm.executors import stop_workers
+    before = set(mp.active_children())  # children other tests of this process may have left running
     pool = cf.ProcessPoolExecutor(2, mp_context=mp.get_context('spawn'))
     running = [pool.submit(time.sleep, 60) for _ in range(2)]
     while not all(f.running() for f in running): time.sleep(0.05)
-    workers = list(mp.active_children())
+    workers = [p for p in mp.active_children() if p not in before]
     stop_workers(pool)  # on this Python (3.11) through the pool's own record of its processes
+    # the pool's manager thread reaps its workers too, and while it does `is_alive()` can still say True for one
+    # that has ended (its waitpid lost the race): wait for that to settle; a worker left running sleeps for 60 s
+    deadline = time.monotonic() + 20
+    while any(p.is_alive() for p in workers) and time.monotonic() < deadline: time.sleep(0.05)
     assert len(workers) == 2 and not any(p.is_alive() for p in workers)
 
 
