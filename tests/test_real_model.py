@@ -170,7 +170,7 @@ def test_split_train_eval_on_a_real_model(server, tmp_path, monkeypatch):
     n_ok = calls.filter(pl.col('status') == 'ok').height
     HarnessLog(ws/'harness.db').drop_predictions(eval_run, base['question_id'].to_list())
     run('eval.ipynb', tmp_path/'eval2.ipynb', workspace=str(ws), data_dir=str(world), backend='openai', config=str(cfg),
-        skills_version='best', pool='test', again=True, concurrency=1)
+        skills_version='best', pool='test', again=True, run_id=eval_run, concurrency=1)  # that run, not a new draw
     again = HarnessLog(ws/'harness.db').frame('llm_calls')
     assert again.filter(pl.col('status') == 'ok').height == n_ok
     assert again.filter(pl.col('status') == 'cache_hit').height > calls.filter(pl.col('status') == 'cache_hit').height
