@@ -12,10 +12,10 @@ import polars as pl
 from .core import DataError, where, read_json, read_utf8, atomic_write_text, sha256_file, sha256_json
 
 # %% auto #0
-__all__ = ['TASK_TYPES', 'DEFAULT_TASK', 'DIFFICULTIES', 'HF_COLUMNS', 'ERROR_TYPES', 'skill_slug', 'option_letters',
-           'option_text', 'option_of', 'Question', 'RecordAt', 'question_from_record', 'load_questions',
-           'question_record', 'save_questions', 'questions_fingerprint', 'questions_frame', 'QuestionUnit',
-           'build_units', 'unit_correct']
+__all__ = ['TASK_TYPES', 'DEFAULT_TASK', 'SHARED_TASK', 'DIFFICULTIES', 'HF_COLUMNS', 'ERROR_TYPES', 'skill_slug',
+           'option_letters', 'option_text', 'option_of', 'Question', 'RecordAt', 'question_from_record',
+           'load_questions', 'question_record', 'save_questions', 'questions_fingerprint', 'questions_frame',
+           'QuestionUnit', 'build_units', 'video_units', 'unit_correct']
 
 # %% ../nbs/01_data.ipynb #081e6946
 TASK_TYPES = ('Temporal Perception', 'Spatial Perception', 'Attribute Perception', 'Action Recognition',
@@ -24,11 +24,12 @@ TASK_TYPES = ('Temporal Perception', 'Spatial Perception', 'Attribute Perception
 
 # %% ../nbs/01_data.ipynb #1f2256f2
 DEFAULT_TASK = '_default'
+SHARED_TASK = '_shared' # the pseudo task type of the shared skill (`always`, shown with every question): pooled units
 
-def skill_slug(task_type:str|None # a task type; None or '_default' for the default skill
+def skill_slug(task_type:str|None # a task type; None or '_default' for the default skill, '_shared' for the shared one
               ) -> str:
     "The file stem for a task type: lower case, runs of other characters become `-`."
-    if task_type is None or task_type == DEFAULT_TASK: return DEFAULT_TASK
+    if task_type is None or task_type in (DEFAULT_TASK, SHARED_TASK): return task_type or DEFAULT_TASK
     if not (slug := re.sub(r'[^a-z0-9]+', '-', str(task_type).lower()).strip('-')):
         raise DataError(where(f'task type {task_type!r} has no letters or digits for a file name', field='task_type'))
     return slug
@@ -287,11 +288,12 @@ def questions_frame(questions:list[Question]) -> pl.DataFrame:
 # %% ../nbs/01_data.ipynb #03cc5345
 @dataclass(frozen=True)
 class QuestionUnit:
-    "Questions scored together: right only if all are right."
+    "Questions scored together: right only if all are right (`score='all'`), or by how many are right ('count')."
     unit_id: str # the shared unit_id, or the question_id of a lone question
-    task_type: str # the task type of every question in it
+    task_type: str # the task type of every question in it (SHARED_TASK for a video's cluster)
     video_id: str # the video of every question in it
     questions: tuple[Question, ...] # in input order
+    score: str = 'all' # 'all': right iff every question is; 'count': a pair's arms compare how many are right
 
     @property
     def question_ids(self) -> tuple[str, ...]:
@@ -320,6 +322,17 @@ def build_units(questions:list[Question]) -> list[QuestionUnit]:
         seen.add(q.question_id)
         groups.setdefault(q.unit_id or q.question_id, []).append(q)
     return [_unit(u, qs) for u, qs in groups.items()]
+
+def video_units(questions:list[Question], # e.g. a validation pool, every task type
+                task_type:str=SHARED_TASK, # the pseudo type the clusters are gated under
+                per:str='video' # 'video': a unit per video, scored by count; 'question' (an ablation): one each
+               ) -> list[QuestionUnit]:
+    "One unit per video holding all its questions, scored by count: the cluster a shared component's edit moves."
+    if per == 'question':  # ignores that a video's questions move together: its pairs are not independent
+        return [QuestionUnit(f'question/{q.question_id}', task_type, q.video_id, (q,)) for q in questions]
+    by_video = {}
+    for q in questions: by_video.setdefault(q.video_id, []).append(q)
+    return [QuestionUnit(f'video/{v}', task_type, v, tuple(qs), 'count') for v, qs in by_video.items()]
 
 # %% ../nbs/01_data.ipynb #b5da6171
 def unit_correct(unit:QuestionUnit, # the unit to score

@@ -23,9 +23,9 @@ from .report_io import INLINE_DPI, REPORT_TABLE, save_report, show_report, shown
 
 # %% auto #0
 __all__ = ['GATE_COLUMNS', 'OK_STATUSES', 'ROLE_ORDER', 'ACCURACY_LIMITS', 'EPOCH_COLUMNS', 'shadow_cell', 'shadow_columns',
-           'delta_shrunk_note', 'gate_table', 'e_value_trajectories', 'with_gate_reasons', 'plot_e_values',
-           'cost_table', 'pool_frame', 'run_correct', 'accuracy_by_type', 'paired_comparison', 'before_after',
-           'row_labels', 'plot_before_after', 'training_steps', 'decision_timeline', 'epoch_spans',
+           'delta_shrunk_note', 'gate_table', 'e_value_trajectories', 'with_gate_reasons', 'pooled_evidence_table',
+           'plot_e_values', 'cost_table', 'pool_frame', 'run_correct', 'accuracy_by_type', 'paired_comparison',
+           'before_after', 'row_labels', 'plot_before_after', 'training_steps', 'decision_timeline', 'epoch_spans',
            'plot_decision_timeline', 'epoch_frame', 'best_steps', 'plot_accuracy_curves', 'step_report', 'epoch_report',
            'decision_counts', 'shadow_agreement', 'final_report']
 
@@ -118,6 +118,18 @@ def with_gate_reasons(decisions:pl.DataFrame, # task_type, decision, reason, w, 
     why = [r or gate_reason(d, w, l, e, thresholds.get(t, 1/alpha), alpha_final)
            for t, d, r, w, l, e in decisions.select('task_type', 'decision', 'reason', 'w', 'l', 'e_value').rows()]
     return decisions.with_columns(reason=pl.Series(why, dtype=pl.String))
+
+def pooled_evidence_table(decisions:list[dict] # a step's decision-log entries
+                         ) -> pl.DataFrame:
+    "A shared edit's evidence by task type: the questions its video units paired, won and lost (`by_type`), and ALL."
+    rows = [dict(edit=d['task_type'], task_type=t, questions=v['n'], won=v['w'], lost=v['l'])
+            for d in decisions if d.get('by_type') for t, v in d['by_type'].items()]
+    schema = dict(edit=pl.String, task_type=pl.String, questions=pl.Int64, won=pl.Int64, lost=pl.Int64)
+    t = pl.DataFrame(rows, schema=schema)
+    if not len(t): return t
+    sums = (pl.col(c).sum() for c in ('questions', 'won', 'lost'))
+    total = t.group_by('edit', maintain_order=True).agg(pl.lit('ALL').alias('task_type'), *sums)
+    return pl.concat([t, total.select(t.columns)])
 
 def plot_e_values(
     traj: pl.DataFrame,  # from `e_value_trajectories`

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 import yaml
 from ..core import DataError, ConfigError, where, folder_listing
-from ..data import DEFAULT_TASK, skill_slug  # a task type's file stem is data's rule; named here for callers
+# a task type's file stem is data's rule; named here for callers
+from ..data import DEFAULT_TASK, SHARED_TASK, skill_slug
 
 # %% auto #0
-__all__ = ['FROZEN_MARK', 'DEFAULT_SKILL', 'SKILL_MODES', 'Section', 'SectionSpan', 'clean_text', 'section_spans', 'sections',
-           'split_front_matter', 'Skill', 'parse_skill', 'render_skill', 'strategy_rules', 'skill_file',
+__all__ = ['FROZEN_MARK', 'DEFAULT_SKILL', 'SHARED_SKILL', 'SKILL_MODES', 'Section', 'SectionSpan', 'clean_text', 'section_spans',
+           'sections', 'split_front_matter', 'Skill', 'parse_skill', 'render_skill', 'strategy_rules', 'skill_file',
            'is_plain_name', 'check_skill_files', 'load_skill_dir', 'SkillRoute', 'catalogue', 'route_skills',
            'read_skill']
 
@@ -181,6 +182,8 @@ DEFAULT_SKILL = '_default.md'
 def skill_file(task_type:str|None) -> str:
     "The skill file name for a task type, e.g. `counting-problem.md`."
     return skill_slug(task_type) + '.md'
+
+SHARED_SKILL = skill_file(SHARED_TASK)  # '_shared.md': the `always` skill shared edits change (seed: prompts/shared)
 
 def is_plain_name(name) -> bool:
     "A plain file name: no path separators, no `..`, not hidden, not absolute."

@@ -37,6 +37,7 @@ class BenchSettings:
     engine_curve: bool = True  # the GEPA engine runs once per multiple of the curve (False: at 1x only, one point)
     split: dict|None = None # split settings (None: DEFAULT_GRID_SPLIT)
     pair_seeds: bool = False # every rule's pairs ask each question with one request seed (`train.pair_seeds`)
+    shared_edits: bool = False # every rule judges shared-skill edits too, on video units (`train.shared_edits`)
 
 DEFAULT_GRID_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.2, report_floor=10, floor_k={}, val_ratio=0.75,
                           val_wrong_min=5)
@@ -45,7 +46,8 @@ def bench_run_config(settings:BenchSettings, max_calls:int) -> dict:
     "One benchmark run's runner settings: the budget binds, epochs and patience never do; the last state is delivered."
     return dict(epochs=100, patience=100, min_ladder_units=settings.min_ladder_units, max_calls=max_calls,
                 deliver='current', batch=dict(batch_size=settings.batch_size, min_class=4, correct_ratio=0.2)
-                ) | ({'pair_seeds': True} if settings.pair_seeds else {})  # as before when off: same run configs
+                ) | ({'pair_seeds': True} if settings.pair_seeds else {}) | (  # as before when off: same run configs
+                    {'shared_edits': True} if settings.shared_edits else {})
 
 # %% ../../nbs/bench/01b_grid.ipynb #7cb24bd0
 class FullCoupling(UserWarning):
@@ -102,10 +104,11 @@ def videomme_type_counts(n_questions:int=3 * VIDEO_MME_VIDEOS) -> dict:
 
 def regime_world(effects:str, # an effect mixture
                  regime:str, # a name of REGIMES
-                 size # 60 or 300 (validation units per gated type of the grid's two types) or 'videomme'
+                 size, # 60 or 300 (validation units per gated type of the grid's two types) or 'videomme'
+                 shared_rules:int=0 # candidate rules of the shared skill (0: none, the worlds of issue 47)
                 ) -> dict:
     "The make_world arguments of one cell of the regime map."
-    noise = dict(REGIMES[regime])
+    noise = dict(REGIMES[regime]) | ({'shared_rules': shared_rules} if shared_rules else {})
     if size != 'videomme': return realistic_world(effects, 0.2, size, **noise)
     return dict(profile='realistic', n_videos=VIDEO_MME_VIDEOS, type_counts=videomme_type_counts(),
                 realism=dict(effects=effects, flip_rate=0.2, video_idiosyncrasy=VIDEO_IDIOSYNCRASY, **noise))

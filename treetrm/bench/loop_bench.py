@@ -8,7 +8,8 @@ import contextlib, math, shutil, tempfile, time, warnings
 from dataclasses import asdict
 from pathlib import Path
 from ..core import atomic_write_json, read_json, scratch_folder, sha256_json
-from ..sim.world import make_world, load_world, true_accuracy, type_skill_text, skill_rules, world_questions
+from ..sim.world import (make_world, load_world, true_accuracy, type_skill_text, skill_rules,
+                               world_questions, candidate_rules)
 from ..sim.sim_agent import SimAgent
 from ..sim.roles import SimJudge, SimEvolver
 from ..agent.versions import load_manifest, set_prompts
@@ -28,9 +29,10 @@ from .grid import (CellSpec, MIXTURES, NOISE, GRID_TYPES, VIDEOS_FOR_UNITS, real
 from .loop_report import loop_table, write_loop_bench, show_loop_bench
 
 # %% auto #0
-__all__ = ['EFFECT_BINS', 'HARM_POINTS', 'world_runner', 'run_calls_by_role', 'delivered_rules', 'harmful_points', 'effect_bin',
-           'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule', 'engine_curve', 'rule_run', 'run_row',
-           'run_world', 'job_rows_file', 'fresh_job', 'failed_job_note', 'say_job', 'run_grid']
+__all__ = ['EFFECT_BINS', 'HARM_POINTS', 'FALSE_CONFIRM', 'world_runner', 'run_calls_by_role', 'delivered_rules',
+           'harmful_points', 'effect_bin', 'proposal_bins', 'score_files', 'timeline_files', 'train_with_rule',
+           'engine_curve', 'rule_run', 'run_row', 'run_world', 'job_rows_file', 'fresh_job', 'failed_job_note',
+           'say_job', 'run_grid']
 
 # %% ../../nbs/bench/02_loop_bench.ipynb #5f355f12
 def world_runner(spec:dict, seed:int, settings:BenchSettings, max_calls:int, workdir:Path) -> Runner:
@@ -70,20 +72,22 @@ def effect_bin(effect:float) -> str:
     return next(name for name, lo, hi in EFFECT_BINS if lo <= effect < hi)
 
 def proposal_bins(world:dict, decisions:list[dict], files:dict) -> dict[str, dict]:
-    "Per true-effect bin: world rules the rule judged (gated) and those of them in the delivered skills."
+    "Per true-effect bin: world rules the rule judged (gated) and those of them in the delivered skills; and per edit."
     held = {r['id'] for _, r in delivered_rules(world, files)}
-    out = {name: dict(gated=0, delivered=0) for name, _, _ in EFFECT_BINS}
+    out = {name: dict(gated=0, delivered=0) for name, _, _ in EFFECT_BINS} | {FALSE_CONFIRM: dict(gated=0, delivered=0)}
     for d in decisions:
         if d['kind'] != 'gate' or not d.get('texts'): continue
-        rules = [
-            r for r in world['task_types'].get(d['task_type'], {}).get('rules', [])
-            if any(r['text'] in x for x in d['texts'])
-        ]
+        rules = [r for r in candidate_rules(world, d['task_type']) if any(r['text'] in x for x in d['texts'])]
         for r in rules:
             b = out[effect_bin(r['effect'])]
             b['gated'] += 1
             b['delivered'] += r['id'] in held
+        if rules and sum(r['effect'] for r in rules) <= 0:  # an edit no better than its base on the population
+            out[FALSE_CONFIRM]['gated'] += 1
+            out[FALSE_CONFIRM]['delivered'] += d['decision'] == 'accept_confirmed'
     return out
+
+FALSE_CONFIRM = 'not_better'  # the bin of edits whose true effect is <= 0: 'delivered' counts the confirmed ones
 
 # %% ../../nbs/bench/02_loop_bench.ipynb #cc75a869
 def score_files(runner:Runner, files:dict) -> dict:

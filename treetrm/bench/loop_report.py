@@ -55,7 +55,9 @@ def share_of(part: int, whole: int) -> dict:
 
 def acceptance_by_effect(bins:list[dict]) -> dict:
     "Per true-effect bin, over runs' proposal bins: the proposals delivered of those gated (`share_of`)."
-    return {b: share_of(sum(x[b]['delivered'] for x in bins), sum(x[b]['gated'] for x in bins)) for b in bins[0]}
+    none, names = dict(delivered=0, gated=0), dict.fromkeys(b for x in bins for b in x)  # older rows lack a bin
+    return {b: share_of(sum(x.get(b, none)['delivered'] for x in bins), sum(x.get(b, none)['gated'] for x in bins))
+            for b in names}
 
 def rule_summary(runs:list[dict], oracle:dict[int, float]|None) -> dict:
     "One rule in one cell, over its world seeds."

@@ -21,7 +21,7 @@ from .rules import check_rules, rule_style
 # %% auto #0
 __all__ = ['PREREGISTRATION', 'SEED_KINDS', 'SIZE_LABELS', 'MAP_BEGIN', 'MAP_END', 'preregistration', 'map_worlds',
            'map_settings', 'run_map', 'machine', 'finished_seeds', 'map_table', 'delivery_rates', 'map_bar', 'plot_map',
-           'map_findings', 'map_markdown', 'readme_map_block']
+           'percent', 'map_findings', 'map_markdown', 'readme_map_block']
 
 # %% ../../nbs/bench/05_regime_map.ipynb #71689348
 PREREGISTRATION = 'nbs/bench/preregistration.json'  # relative to the checkout's root
@@ -45,7 +45,8 @@ def map_worlds(reg:dict # a registration
               ) -> dict[tuple, dict]:
     "(regime, mixture, size) -> the make_world arguments of each cell of the map."
     m = reg['map']
-    return {(r, x, s): regime_world(x, r, s) for r in m['regimes'] for s in m['sizes'] for x in m['mixtures']}
+    shared = m.get('shared_rules', 0)  # the worlds of issue 48 hold rules of the shared skill too
+    return {(r, x, s): regime_world(x, r, s, shared) for r in m['regimes'] for s in m['sizes'] for x in m['mixtures']}
 
 # %% ../../nbs/bench/05_regime_map.ipynb #ad11b1ea
 def map_settings(reg:dict) -> BenchSettings:
@@ -79,8 +80,13 @@ async def run_map(kind:str='tuning', # 'tuning' (defaults may be chosen here) or
     for cell, key in zip(grid['cells'], worlds):
         cell |= dict(regime=key[0], mixture=key[1], size=str(key[2]))
     return grid | dict(format='treetrm-regime-map/1', kind=kind, seeds=seeds,
-                       preregistration=dict(path=PREREGISTRATION, sha256=reg['sha256']),
+                       preregistration=dict(path=_relative(reg['path']), sha256=reg['sha256']),
                        code=git_state(project_root(package_dir())), machine=machine())
+
+def _relative(path:str) -> str:
+    "A registration's path as the JSON records it: relative to the checkout when inside it."
+    p, root = Path(path).resolve(), project_root(package_dir()).resolve()
+    return str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
 
 def machine() -> str:
     "This machine, as a map records it: architecture and cores."
@@ -182,7 +188,9 @@ def plot_map(m:dict, # a regime map
     return fig
 
 # %% ../../nbs/bench/05_regime_map.ipynb #6ae586f6
-def _pct(x) -> str: return '—' if x is None else f'{100 * x:.0f}%'
+def percent(x:float|None) -> str:
+    "A share as a whole percentage, '—' for None."
+    return '—' if x is None else f'{100 * x:.0f}%'
 
 def _shape(b:dict) -> str: return f"{b['regime']}, {SIZE_LABELS.get(b['size'], b['size'])}"
 
@@ -213,9 +221,9 @@ def map_findings(m:dict, # a regime map
             line += (f"; {len(cured)} of them delivered no harmful edit and gained on the population: the test pool's"
                      " draw of questions, not harm shipped." if cured else '.')
         dd, bd = b['default_delivered'], b['best_delivered']
-        line += (f" Delivered of the edits judged — large: {_pct(dd.get('large'))} (default), "
-                 f"{_pct(bd.get('large'))} ({b['best_practical']}); harmful: {_pct(dd.get('harmful'))}, "
-                 f"{_pct(bd.get('harmful'))}.")
+        line += (f" Delivered of the edits judged — large: {percent(dd.get('large'))} (default), "
+                 f"{percent(bd.get('large'))} ({b['best_practical']}); harmful: {percent(dd.get('harmful'))}, "
+                 f"{percent(bd.get('harmful'))}.")
         out.append(line)
     return out
 
@@ -235,8 +243,8 @@ def map_markdown(m:dict, # a regime map
             f"| {b['regime']} | {SIZE_LABELS.get(b['size'], b['size'])} | {b['runs']} | {b['default_gain']:+.2f} | "
             f"{b['best_practical']} {b['best_gain']:+.2f} | {b['paired_difference']:+.2f} "
             f"[{b['paired_ci'][0]:+.2f}, {b['paired_ci'][1]:+.2f}] | {'yes' if b['meets_gain'] else 'no'} | "
-            f"{_pct(b['worst_cell_worse_by_half'])} | {'yes' if b['meets_harm'] else 'no'} | "
-            f"{_pct(b['default_delivered'].get('large'))} / {_pct(b['best_delivered'].get('large'))} |")
+            f"{percent(b['worst_cell_worse_by_half'])} | {'yes' if b['meets_harm'] else 'no'} | "
+            f"{percent(b['default_delivered'].get('large'))} / {percent(b['best_delivered'].get('large'))} |")
     t = map_table(m)
     rules = [r for r in m.get('rules', {}) if r in set(t['rule'])] or list(dict.fromkeys(t['rule']))  # registered order
     head = '| regime | shape | mixture | ' + ' | '.join(rule_style(r)['label'] for r in rules) + ' |'
@@ -244,7 +252,7 @@ def map_markdown(m:dict, # a regime map
     for (regime, size, mixture), g in t.group_by(['regime', 'size', 'mixture'], maintain_order=True):
         by = {r['rule']: r for r in g.iter_rows(named=True)}
         cell = lambda r: (('**{:+.2f}**' if by[r]['best'] else '{:+.2f}').format(by[r]['gain'])
-                          + (f" · {_pct(by[r]['worse_by_half'])}" if by[r]['worse_by_half'] else ''))
+                          + (f" · {percent(by[r]['worse_by_half'])}" if by[r]['worse_by_half'] else ''))
         lines.append(f"| {regime} | {SIZE_LABELS.get(size, size)} | {mixture} | "
                      + ' | '.join(cell(r) if r in by else '—' for r in rules) + ' |')
     return '\n'.join(lines + [''] + map_findings(m, bar))

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Callable
 import polars as pl
 from ..core import ConfigError, where, stable_seed
+from ..data import SHARED_TASK
 from ..sim.world import (load_world, true_accuracy, skill_files, type_skill_text, world_questions,
                                question_probability)
 from ..train.settings import ACCEPTANCE_RULES, DEFAULT_GATE
@@ -71,7 +72,7 @@ def oracle_rule(world_dir):
         with materialised_candidates(req.candidates, base, candidates_root(runner.workspace,
                                                                            f'{req.gate_id}_oracle')) as dirs:
             for t, d in dirs.items():
-                mine = [q for q in qs if q.task_type == t]
+                mine = [q for q in qs if t in (q.task_type, SHARED_TASK)]  # a shared edit acts on every question
                 delta = true_accuracy(world_dir, d, mine) - true_accuracy(world_dir, base, mine)
                 out[t] = Acceptance(t, 'accept_confirmed' if delta > 0 else 'reject_inertia', 0, 0, 0, 1.0, {}, ())
         return out
@@ -204,6 +205,19 @@ RULE_REGISTRY = rule_registry(
                   inherit_base=False),
     gate_ablation('gate_fresh_r', '#a6dba0', 'the gate with a fresh R over the whole validation pool every epoch',
                   validation_pass='fresh'),
+    gate_ablation('gate_no_shared', '#35978f', (
+        'the gate without shared-skill edits (`train.shared_edits` off): every edit judged on its own type\'s pool, '
+        'as before issue 48'), shared_edits=False),
+    gate_ablation('gate_question_units', '#80cdc1', (
+        'the gate with shared-skill edits judged on one unit per question instead of one per video: pairs of a '
+        "video's questions counted as independent"), shared_edits=True, shared_units='question'),
+    gate_ablation('gate_draws1', '#01665e', 'the gate with one draw per arm and unit (`train.draws` 1)', draws=1),
+    gate_ablation('gate_draws2', '#003c30', (
+        'the gate with two draws per arm and unit (`train.draws` 2): a pair won by how many draws were right'),
+        draws=2),
+    gate_ablation('gate_draws_auto', '#c7eae5', (
+        "the gate with `train.draws` 'auto': two draws where two draws of the start skills disagree on 10% or more"),
+        draws='auto'),
     gate_ablation('gate_no_futility', '#5aae61', 'the gate without the minimum-effect futility', futility=False),
     gate_ablation('gate_a20', '#e08214', 'the gate at alpha = 0.20 (0.18 on the final look, 0.02 on the e-process)',
                   gate=gate_at_alpha(DEFAULT_GATE, 0.20)),

@@ -17,7 +17,8 @@ from ..agent.navigate import INFRA_STOP_REASONS
 from ..log import TrainRunId
 
 # %% auto #0
-__all__ = ['ARMS', 'Evaluate', 'UnitOutcome', 'scripted_evaluator', 'unit_outcome_from_predictions', 'inference_evaluator']
+__all__ = ['ARMS', 'Evaluate', 'UnitOutcome', 'scripted_evaluator', 'unit_outcome_from_predictions', 'repeated_outcome',
+           'paired_correct', 'inference_evaluator']
 
 # %% ../../nbs/gate/04_evaluators.ipynb #9360b33c
 ARMS = ('base', 'cand') # the two arms of a gate: base skills, candidate skills
@@ -72,7 +73,23 @@ def unit_outcome_from_predictions(
     questions = {q: bool(rows[q]['correct']) for q in unit.question_ids if q in rows}
     detail = dict(questions=questions, stop_reasons=stops)
     if any(s == 'missing' or s in INFRA_STOP_REASONS for s in stops.values()): return UnitOutcome(False, True, detail)
+    if unit.score == 'count': detail['right'] = sum(questions.values())
     return UnitOutcome(unit_correct(unit, questions), False, detail)
+
+def repeated_outcome(outs:list[UnitOutcome] # one arm's outcomes on one unit, a draw each
+                    ) -> UnitOutcome:
+    "One outcome of repeated draws: right in every draw, and `right` the questions right summed over the draws."
+    if bad := next((o for o in outs if o.infra), None): return bad  # a draw without an answer: the unit is INFRA
+    right = sum(o.detail.get('right', sum(o.detail.get('questions', {}).values())) for o in outs)
+    return UnitOutcome(all(o.correct for o in outs), False, dict(outs[0].detail, right=right, draws=len(outs)))
+
+def paired_correct(b:UnitOutcome, # the base arm's outcome on a unit
+                   c:UnitOutcome # the candidate arm's
+                  ) -> tuple[bool, bool]:
+    "The pair as (base right, candidate right); a count-scored unit (a video) wins or loses by how many are right."
+    nb, nc = b.detail.get('right'), c.detail.get('right')
+    if nb is None or nc is None or nb == nc: return b.correct, c.correct  # equal counts: both all right or neither
+    return nb > nc, nc > nb
 
 # %% ../../nbs/gate/04_evaluators.ipynb #fe222947
 def inference_evaluator(log, # the HarnessLog run_inference writes to

@@ -24,7 +24,7 @@ from ..log import GATE_RUN_MARK, TrainRunId
 from .ladder import Ladder, ladder_units
 from .frozen_ladders import GatePools
 from .baseline_cache import skill_hash
-from .evaluators import ARMS, Evaluate, UnitOutcome
+from .evaluators import ARMS, Evaluate, UnitOutcome, paired_correct
 
 # %% auto #0
 __all__ = ['CONSUME_MODES', 'check_plain_id', 'candidates_root', 'materialise_candidate', 'materialised_candidates', 'TypeGate',
@@ -155,7 +155,7 @@ def _consume(self:TypeGate, rank:int):
     self.consumed.append(rank)
     if b.infra or c.infra: self.n_excluded += 1
     else:
-        w, l = flip_counts([(b.correct, c.correct)])
+        w, l = flip_counts([paired_correct(b, c)])
         self.w += w
         self.l += l
         self.n_used += 1
@@ -297,7 +297,7 @@ def _guard_error(rnd:_GateRound) -> InfraError:
 def _arrive(rnd:_GateRound, task_type:str, rank:int, arm:str, outcome:UnitOutcome):
     "File one result: cache, guard, gate; freeze-cancel the type's queued tasks when its decision is final."
     g = rnd.gates[task_type]
-    if arm == 'base' and rnd.cache is not None:
+    if arm == 'base' and rnd.cache is not None and g.units[rank].score == 'all':  # the cache holds right/wrong only
         rnd.cache.put(task_type, rnd.base_sha[task_type], rnd.prompts_version, g.units[rank].unit_id, outcome.correct,
                       infra=outcome.infra)
     if g.frozen:
@@ -313,7 +313,7 @@ async def _evaluate_arm(rnd:_GateRound, task_type:str, rank:int, arm:str):
     "One (unit, arm) task: wait for slots, evaluate, file the result."
     g = rnd.gates[task_type]
     unit = g.units[rank]
-    async with rnd.slots.hold(len(unit.questions)):
+    async with rnd.slots.hold(min(len(unit.questions), rnd.slots.width)):  # a wider unit (a video) holds them all
         rnd.queued[task_type].discard(asyncio.current_task())
         if g.frozen: return
         outcome = _checked_outcome(await rnd.evaluate(unit, arm, rnd.skills_dir(task_type, arm)), unit, arm)
@@ -368,14 +368,6 @@ def _ladder_map(ladders, candidates:Mapping) -> dict[str, Ladder]:
                   f'Frozen ladders exist for {sorted(lmap)}; gate only those types', field='ladders'))
     return {tt: lmap[tt] for tt in candidates}
 
-def _check_widths(gates:dict, width:int):
-    "Refuse a unit that needs more question slots than the pool has (it could never start)."
-    for tt, g in gates.items():
-        if (widest := max(len(u.questions) for u in g.units)) > width:
-            raise ConfigError(
-                where(f'a unit of {tt} has {widest} questions but concurrency is {width}',
-                      'Raise concurrency to at least the largest unit size', task_type=tt, field='concurrency'))
-
 def _workspace(base_skills_dir:Path, workspace) -> Path:
     "The workspace folder: given, or the one holding `skills/<version>`."
     if workspace is not None: return Path(workspace)
@@ -411,7 +403,8 @@ def _use_cache(gates:dict, cache, base_sha:dict, prompts_version:str) -> set:
     hits = set()
     for tt, g in gates.items():
         for rank, u in enumerate(g.units):
-            if cache is None or (ok := cache.get(tt, base_sha[tt], prompts_version, u.unit_id)) is None: continue
+            if cache is None or u.score != 'all' or (ok := cache.get(tt, base_sha[tt], prompts_version,
+                                                                      u.unit_id)) is None: continue
             g.record(rank, 'base', UnitOutcome(ok, detail={'cached': True}))
             g.cache_hits += 1
             hits.add((tt, rank))
@@ -433,7 +426,7 @@ def inherit_candidates(gates:dict, cache, cand_dirs:dict, prompts_version:str, s
         if cache is None or g.verdict is None or not g.verdict.accepted: continue
         sha = base_view_sha(cand_dirs[tt], tt, skill_mode)
         for rank in g.consumed:
-            if g.cand[rank].infra or g.base[rank].infra: continue
+            if g.cand[rank].infra or g.base[rank].infra or g.units[rank].score != 'all': continue
             cache.put(tt, sha, prompts_version, g.units[rank].unit_id, g.cand[rank].correct)
             n += 1
     return n
@@ -467,7 +460,6 @@ async def validate_skills_concurrent(
         for tt, l in _ladder_map(ladders, candidates).items()
     }
     slots = concurrency if isinstance(concurrency, Slots) else Slots(concurrency)
-    _check_widths(gates, slots.width)
     root, where_ = candidates_root(_workspace(base_dir, workspace), gate_id), dict(run_id=run_id, gate_id=gate_id)
     base_sha = {tt: base_view_sha(base_dir, tt, skill_mode) for tt in gates}
     cached = _use_cache(gates, baseline_cache, base_sha, prompts_version)

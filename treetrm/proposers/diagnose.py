@@ -4,14 +4,14 @@
 
 # %% ../../nbs/proposers/00_diagnose.ipynb #bfb195df
 from __future__ import annotations
-import asyncio, json, string, subprocess
+import asyncio, itertools, json, string, subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 import polars as pl
 from ..core import (ConfigError, DataError, InfraError, Slots, canonical_json, asset_dir, sha256_json,
                           stable_seed, where, check_count)
-from ..data import ERROR_TYPES, Question
+from ..data import ERROR_TYPES, SHARED_TASK, Question
 from ..trees import VideoTree, load_trees
 from ..agent.tools import view_node, search_hits
 from ..agent.navigate import INFRA_STOP_REASONS, CHARS_PER_TOKEN, truncate_output, context_budget, estimate_tokens
@@ -25,7 +25,7 @@ __all__ = ['CRITERIA_FILES', 'PROMPT_FILES', 'EVIDENCE_CHARS', 'NODE_EVIDENCE_CH
            'check_judge_model', 'is_infra_or_empty', 'wrong_rows', 'trace_steps', 'diagnose_context', 'soft_fences',
            'diagnose_messages', 'opened_nodes', 'evidence_nodes', 'evidence_text', 'evidence_room', 'fitted_request',
            'parse_diagnosis', 'Verdict', 'diagnosis_format', 'judge_case', 't0_row', 'verdict_row', 'DiagnosisResult',
-           'diagnose', 'case_packs']
+           'diagnose', 'case_packs', 'shared_case_pack']
 
 # %% ../../nbs/proposers/00_diagnose.ipynb #5ba9ba79
 CRITERIA_FILES = ('defect_vs_lapse.md', 'missed_nodes.md', 'skill_adherence.md', 'confirmation_bias.md',
@@ -479,3 +479,15 @@ def case_packs(questions:list[Question], # the questions
         pack['failures'] = sorted(pack['failures'], key=lambda c: rank[c['diagnosis']['tier']])[:max_failures]
         pack['successes'] = pack['successes'][:max_successes]
     return {t: _fit(packs[t], max_chars) for t in sorted(packs) if packs[t]['failures']}
+
+def shared_case_pack(packs:dict, # task type -> case pack (`case_packs`)
+                     task_type:str=SHARED_TASK, # the pseudo type the pack is for
+                     max_failures:int=6, # failures in the pack
+                     max_successes:int=3 # successes in the pack
+                    ) -> dict|None:
+    "One pack for the shared skill: every type's cases taken in turn (each pack's best first); None without a failure."
+    take = lambda k, n: [c for group in itertools.zip_longest(*(packs[t][k] for t in sorted(packs)))
+                         for c in group if c is not None][:n]
+    failures = take('failures', max_failures)
+    if not failures: return None
+    return dict(task_type=task_type, failures=failures, successes=take('successes', max_successes))

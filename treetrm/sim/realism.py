@@ -10,11 +10,12 @@ import numpy as np
 from ..core import ConfigError, where, stable_seed
 
 # %% auto #0
-__all__ = ['EFFECT_MIXTURES', 'NOISE_LEGACY', 'DECODINGS', 'GREEDY_NOISE', 'SOURCES', 'mixture_components', 'component_counts',
-           'draw_effects', 'RealismParams', 'sigmoid', 'seed_probabilities', 'flip_rate', 'calibrate_reach',
-           'rule_texts', 'jitter', 'idio_effect', 'rule_idio', 'rule_reach_effect', 'p_right', 'calibrate_strength',
-           'rule_kind', 'question_models', 'greedy_fresh', 'realistic_rules', 'rule_effects', 'draw_answer',
-           'draw_coupled', 'draw_greedy', 'answer_at', 'seeded_draw']
+__all__ = ['EFFECT_MIXTURES', 'NOISE_LEGACY', 'DECODINGS', 'GREEDY_NOISE', 'SOURCES', 'SHARED_OPENING', 'mixture_components',
+           'component_counts', 'draw_effects', 'RealismParams', 'sigmoid', 'seed_probabilities', 'flip_rate',
+           'calibrate_reach', 'rule_texts', 'jitter', 'idio_effect', 'rule_idio', 'rule_reach_effect', 'p_right',
+           'calibrate_strength', 'rule_kind', 'question_models', 'greedy_fresh', 'realistic_rules', 'shared_rule_texts',
+           'shared_rule_set', 'type_view', 'rule_effects', 'draw_answer', 'draw_coupled', 'draw_greedy', 'answer_at',
+           'seeded_draw']
 
 # %% ../../nbs/sim/01_realism.ipynb #2e0767dd
 EFFECT_MIXTURES = {  # name -> ((share, low, high), ...): a rule's true effect at the seed skills, in accuracy points
@@ -81,6 +82,8 @@ class RealismParams:
     decoding: str = 'sampled' # 'sampled' (every run draws afresh) or 'greedy' (temperature 0: fixed answers)
     seed_flips: float = 0.025 # greedy: share of answers two runs of one skill text disagree on
     video_idiosyncrasy: float = 0.0 # sd of a rule's extra reach effect shared by the questions of one video
+    shared_rules: int = 0 # candidate rules of the shared skill (shown with every question): effects on every type
+    shared_spread: float = 1.0 # sd (points) of a shared rule's effect across task types around its mean effect
 
     def __post_init__(self):
         mixture_components(self.effects)
@@ -110,6 +113,13 @@ class RealismParams:
         if not 0 <= self.video_idiosyncrasy <= 0.5:
             raise ConfigError(where(f'video_idiosyncrasy must lie in [0, 0.5], got {self.video_idiosyncrasy!r}',
                                     field='video_idiosyncrasy'))
+        if isinstance(self.shared_rules, bool) or not isinstance(self.shared_rules, int) or self.shared_rules < 0:
+            raise ConfigError(where(f'shared_rules must be a whole number ≥ 0, got {self.shared_rules!r}',
+                                    'e.g. 40: as many candidate rules for the shared skill as for a type',
+                                    field='shared_rules'))
+        if not 0 <= self.shared_spread <= 5:
+            raise ConfigError(where(f'shared_spread must lie in [0, 5] points, got {self.shared_spread!r}',
+                                    field='shared_spread'))
         if self.coupling is not None and not 0 <= self.coupling <= 1:
             raise ConfigError(where(f'coupling must be None or lie in [0, 1], got {self.coupling!r}',
                                     'e.g. 0.64, what a one-call agent measured at temperature 0.7', field='coupling'))
@@ -120,14 +130,15 @@ class RealismParams:
             k: (list(map(list, v))
                 if k == 'effects' and not isinstance(v, str) else list(v) if isinstance(v, tuple) else v)
             for k, v in asdict(self).items()
-            if not (k in NOISE_LEGACY and v == NOISE_LEGACY[k] or k == 'seed_flips' and self.decoding == 'sampled')
+            if not (k in NOISE_LEGACY and v == NOISE_LEGACY[k] or k == 'seed_flips' and self.decoding == 'sampled'
+                    or k == 'shared_spread' and not self.shared_rules)
         }
 
 # What a world made before the noise settings had implicitly: a world.json without them reads as these (not as today's
 # defaults), and `realism=NOISE_LEGACY` makes the worlds of every benchmark figure committed before 2026-12-06.
 # The settings added since (decoding, video_idiosyncrasy) are left out at their defaults too, and `seed_flips` wherever
 # decoding is sampled: every world made before them keeps its bytes.
-NOISE_LEGACY = dict(idiosyncrasy=0.0, coupling=None, decoding='sampled', video_idiosyncrasy=0.0)
+NOISE_LEGACY = dict(idiosyncrasy=0.0, coupling=None, decoding='sampled', video_idiosyncrasy=0.0, shared_rules=0)
 DECODINGS = ('sampled', 'greedy')
 # The temperature-0 regime at the measured noise: 2.5% of answers flip between seeds, and a rule's new text moves 3.3%
 # of them beyond that (idiosyncrasy 0.15 gives a null rule E|Δp| = 0.033 on a world of 400 questions; the null edit
@@ -152,7 +163,11 @@ SOURCES = {
                  '(TrainConfig.temperature 0) and how Video-MME is evaluated'),
     'seed_flips': ('measured at temperature 0: 2.5% between two seeds (SmolLM2-135M one-call, 200 questions); 0 of 40 '
                    'for a 0.5B instruct model'),
-    'video_idiosyncrasy': 'assumption (no measurement: lmms-eval clusters Video-MME errors by videoID for this reason)'}
+    'video_idiosyncrasy': 'assumption (no measurement: lmms-eval clusters Video-MME errors by videoID for this reason)',
+    'shared_rules': ('assumption: the seeds evolve the system prompt and tool descriptions from case packs of every '
+                     'type; a shared rule\'s mean effect follows the world\'s mixture (GEPA optimises one whole prompt '
+                     'per task and reports gains of the "large" mixture\'s size), none measured for a shared skill'),
+    'shared_spread': "assumption: how much a shared rule's effect differs between task types (sd, points)"}
 
 # %% ../../nbs/sim/01_realism.ipynb #d4aee51b
 def sigmoid(x):
@@ -331,18 +346,57 @@ def realistic_rules(task_type:str, slug:str, key:str, # the type, its file slug 
     for i, (target, text) in enumerate(zip(targets, texts)):
         rule = dict(id=f'{slug}/r{i:02d}', text=text, **_rule_shape(rng, target, classes, p))
         rule['behaviour'] = rule['id']
-        if p.idiosyncrasy: rule['idiosyncrasy'] = p.idiosyncrasy  # only then: worlds without it keep their bytes
-        if p.video_idiosyncrasy: rule['video_idiosyncrasy'] = p.video_idiosyncrasy
-        for widen in (dict(), dict(side_class=None, side_ratio=0.0), dict(side_class=None, side_ratio=0.0,
-                                                                          scope=classes)):
-            rule |= widen  # a target out of reach: first without the side effect, then over every class
-            qs = _type_arrays(ids, evidence, models, seed, rule)
-            rule['strength'] = round(calibrate_strength(target, rule, qs), 6)
-            rule['effect'] = round(_effect_points(rule['strength'], rule, qs), 4)
-            if abs(rule['effect'] - target) < 0.01: break
-        rule['target_effect'] = round(target, 4)
+        rule = _calibrated(_with_noise(rule, p), target, ids, evidence, models, seed)
         out.append(rule | dict(kind=rule_kind(rule['effect'])))
     return out
+
+def _with_noise(rule:dict, p:RealismParams) -> dict:
+    "The rule with the world's per-question and per-video idiosyncrasy (only when set: older worlds keep their bytes)."
+    return rule | ({'idiosyncrasy': p.idiosyncrasy} if p.idiosyncrasy else {}) | (
+        {'video_idiosyncrasy': p.video_idiosyncrasy} if p.video_idiosyncrasy else {})
+
+def _calibrated(rule:dict, target:float, ids:list[str], evidence:dict, models:dict, seed:int) -> dict:
+    "The rule with the strength whose exact effect on the questions `ids` is `target` points (or the closest reach)."
+    classes = sorted({evidence[q]['class'] for q in ids})
+    for widen in (dict(), dict(side_class=None, side_ratio=0.0), dict(side_class=None, side_ratio=0.0,
+                                                                      scope=classes)):
+        rule |= widen  # a target out of reach: first without the side effect, then over every class
+        qs = _type_arrays(ids, evidence, models, seed, rule)
+        rule['strength'] = round(calibrate_strength(target, rule, qs), 6)
+        rule['effect'] = round(_effect_points(rule['strength'], rule, qs), 4)
+        if abs(rule['effect'] - target) < 0.01: break
+    return rule | dict(target_effect=round(target, 4))
+
+SHARED_OPENING = 'Whatever the question type: '  # no type's rule text holds it, so no text is both
+
+def shared_rule_texts(n:int, rng:random.Random) -> list[str]:
+    "`n` distinct strategy sentences for the shared skill, drawn like a type's and opened by `SHARED_OPENING`."
+    return [SHARED_OPENING + t[0].lower() + t[1:] for t in rule_texts('what the question asks about', n, rng)]
+
+def shared_rule_set(evidence:dict, models:dict, seed:int, p:RealismParams) -> list[dict]:
+    "The shared skill's candidate rules: a mean effect from the mixture, each type's spread around it, calibrated."
+    rng = random.Random(stable_seed(seed, 'realism', 'shared'))
+    means, texts = draw_effects(p.effects, p.shared_rules, rng), shared_rule_texts(p.shared_rules, rng)
+    ids = {t: sorted(q for q, e in evidence.items() if e['task_type'] == t)
+           for t in sorted({e['task_type'] for e in evidence.values()})}
+    out = []
+    for i, (mean, text) in enumerate(zip(means, texts)):
+        rid, by_type = f'shared/r{i:02d}', {}
+        for t, qs in ids.items():
+            target = mean + p.shared_spread * math.sqrt(3) * rng.uniform(-1, 1)  # uniform with sd shared_spread
+            shape = _rule_shape(rng, target, sorted({evidence[q]['class'] for q in qs}), p)
+            by_type[t] = _calibrated(_with_noise(dict(id=rid, **shape), p), target, qs, evidence, models, seed)
+        effect = sum(by_type[t]['effect'] * len(qs) for t, qs in ids.items()) / len(evidence)
+        out.append(dict(id=rid, text=text, behaviour=rid, shared=True, effect=round(effect, 4),
+                        target_effect=round(mean, 4), kind=rule_kind(effect), by_type=by_type))
+    return out
+
+def type_view(rule:dict, # a rule of world.json: a type's own, or a shared one (`by_type`)
+              task_type:str # the type of the question it acts on
+             ) -> dict|None:
+    "How the rule acts on a question of `task_type`: a type's rule as it is, a shared rule's entry for the type."
+    if 'by_type' not in rule: return rule
+    return None if task_type not in rule['by_type'] else dict(rule['by_type'][task_type], text=rule['text'])
 
 # %% ../../nbs/sim/01_realism.ipynb #995a0c27
 def rule_effects(rules:list[dict], # the realistic rules in the skill (of the question's type)

@@ -13,9 +13,9 @@ from ..core import ConfigError, DataError, canonical_json, read_json, stable_see
 from ..data import ERROR_TYPES
 from ..llm.protocol import LLMProvider, LLMResponse
 from ..llm.backends import resolve_reference
-from .realism import rule_reach_effect, jitter
+from .realism import rule_reach_effect, jitter, type_view
 from .generator import type_slug
-from .world import load_world, skill_behaviours, world_path, world_questions_by_id
+from .world import candidate_rules, load_world, skill_behaviours, world_path, world_questions_by_id
 from .sim_agent import last_user_text, message_text, request_context, request_rng, sim_answer, SimAgent
 
 # %% auto #0
@@ -132,7 +132,7 @@ register_role('sim-judge', lambda world_dir, seed: SimJudge(world_dir, seed))
 # %% ../../nbs/sim/04_roles.ipynb #bcce53fd
 def rule_candidates(world:dict, ctx:dict) -> dict[str, list[dict]]:
     "The rules of the request's task type not in the skill text and not blacklisted, by kind."
-    rules = world['task_types'].get(ctx.get('task_type'), {}).get('rules', [])
+    rules = candidate_rules(world, ctx.get('task_type'))
     skill, black = ctx.get('skill_text') or '', [str(b) for b in ctx.get('blacklist') or []]
     ok = [r for r in rules if r['text'] not in skill and not any(r['text'] in b for b in black)]
     return {k: [r for r in ok if r['kind'] == k] for k in ('helpful', 'neutral', 'trap')}
@@ -228,9 +228,9 @@ def rule_relevance(world:dict, rule:dict, failure_ids:list[str]) -> float:
     total = 0.0
     for qid in failure_ids:
         ev, m = world['evidence'].get(qid), world['models'].get(qid)
-        if ev is None or m is None: continue
-        e = rule_reach_effect(rule, ev['class'], jitter(world['seed'], qid, rule['id']))
-        if e > 0: total += rule['follow'] * e * (1 - m['reach']) * (1 - m['slip'] - m['guess'])
+        if ev is None or m is None or (view := type_view(rule, ev['task_type'])) is None: continue
+        e = rule_reach_effect(view, ev['class'], jitter(world['seed'], qid, rule['id']))
+        if e > 0: total += view['follow'] * e * (1 - m['reach']) * (1 - m['slip'] - m['guess'])
     return total
 
 def propose_realistic_edit(world:dict, # a parsed realistic world.json

@@ -8,9 +8,10 @@ import collections, os, random
 from pathlib import Path
 from ..core import (ConfigError, DataError, atomic_write_json, asset_dir, read_json, sha256_file, sha256_json,
                           stable_seed, where)
-from ..data import Question, load_questions, option_text, save_questions
+from ..data import SHARED_TASK, Question, load_questions, option_text, save_questions
 from ..trees import load_tree
-from .realism import NOISE_LEGACY, RealismParams, question_models, realistic_rules, rule_effects, p_right
+from .realism import (NOISE_LEGACY, RealismParams, question_models, realistic_rules, rule_effects, p_right,
+                                 shared_rule_set, type_view)
 from .evidence import derive_answer, observe_features
 from .generator import (CLASS_WEIGHTS, evidence_rules, make_video, PLANTERS, QUESTIONS_PER_VIDEO, reachable,
                                rule_effect, type_rule_specs, TYPE_RULES, duration_class, type_slug, PLANTED_AS,
@@ -21,8 +22,8 @@ __all__ = ['EFFECT_METHOD', 'REALISTIC_EFFECT_METHOD', 'PROFILES', 'VIDEO_MME_TY
            'DEMO_VIDEOS', 'SMALL_SEED', 'SMALL_VIDEOS', 'world_fingerprint', 'world_rules', 'realism_params',
            'realistic_layer', 'video_type_slots', 'make_world', 'planted_truth', 'check_world', 'ensure_demo_world',
            'world_key', 'world_path', 'load_world', 'small_world', 'world_questions', 'world_tree', 'skill_rules',
-           'skill_behaviours', 'expected_accuracy', 'skill_files', 'type_skill_text', 'question_probability',
-           'true_accuracy', 'world_questions_by_id']
+           'candidate_rules', 'skill_behaviours', 'expected_accuracy', 'skill_files', 'type_skill_text',
+           'question_probability', 'true_accuracy', 'world_questions_by_id']
 
 # %% ../../nbs/sim/02_world.ipynb #e9c91d7d
 def _difficulty(requires: list) -> str:
@@ -92,7 +93,8 @@ def realistic_layer(evidence:dict, seed:int, params:RealismParams) -> dict:
     for tt in sorted({e['task_type'] for e in evidence.values()}):
         rules = realistic_rules(tt, type_slug(tt), TYPE_RULES[planted_as(tt)][0], evidence, models, seed, params)
         types[tt] = {'n_questions': sum(e['task_type'] == tt for e in evidence.values()), 'rules': rules}
-    return {'models': models, 'task_types': types, 'realism': params.to_dict() | {'calibration': calibration}}
+    shared = {'shared_rules': shared_rule_set(evidence, models, seed, params)} if params.shared_rules else {}
+    return {'models': models, 'task_types': types, 'realism': params.to_dict() | {'calibration': calibration}} | shared
 
 def _check_world_settings(qpv:dict, profile:str, realism:dict|None, field:str='questions_per_video'):
     "A `ConfigError` for a task type without a planter, an unknown profile, or realism settings off the realistic one."
@@ -303,8 +305,17 @@ def world_tree(world_dir:str|Path|None, video_id:str):
     return _TREES[key]
 
 def skill_rules(world:dict, task_type:str, skill_text:str) -> list[dict]:
-    "The world rules of `task_type` whose exact sentence the skill text holds."
-    return [r for r in world['task_types'].get(task_type, {}).get('rules', []) if r['text'] in skill_text]
+    "The world rules acting on `task_type` whose exact sentence the skill text holds: its own, then shared ones."
+    own = [r for r in world['task_types'].get(task_type, {}).get('rules', []) if r['text'] in skill_text]
+    shared = [type_view(r, task_type) for r in world.get('shared_rules', ()) if r['text'] in skill_text]
+    return own + [r for r in shared if r is not None]
+
+def candidate_rules(world:dict, # a parsed world.json
+                    task_type:str # a task type, or SHARED_TASK for the shared skill
+                   ) -> list[dict]:
+    "The world rules an edit for `task_type` may add: the type's own, or the shared skill's (effects over every type)."
+    if task_type == SHARED_TASK: return list(world.get('shared_rules', ()))
+    return list((world.get('task_types', {}).get(task_type) or {}).get('rules', []))
 
 def skill_behaviours(world:dict, task_type:str, text:str) -> set[str]:
     "The behaviours of `task_type`'s rules whose exact sentence occurs in `text`."
@@ -328,8 +339,9 @@ def skill_files(skills) -> dict[str, str]:
     return {p.name: p.read_text(encoding='utf-8') for p in sorted(Path(skills).glob('*.md'))}
 
 def type_skill_text(files:dict, task_type:str) -> str:
-    "The skill text an auto-mode agent reads for `task_type`: the shared skill and the type's own."
-    return files.get('_default.md', '') + '\n' + files.get(f'{type_slug(task_type)}.md', '')
+    "The skill text an auto-mode agent reads for `task_type`: the shared skills (`_shared.md`, `_default.md`), its own."
+    shared = files.get(f'{SHARED_TASK}.md', '')  # an `always` skill: shown with every question
+    return shared + '\n' + files.get('_default.md', '') + '\n' + files.get(f'{type_slug(task_type)}.md', '')
 
 def question_probability(world:dict, question_id:str, skill_text:str, n_options:int=4) -> float:
     "The exact probability that one agent run answers the question right with this skill text."

@@ -18,7 +18,8 @@ from ..gate.evalues import GateParams, e_value_plus, flip_counts
 from ..gate.anchors import more_wins, not_fewer_wins, margin_accepts, bayes_accepts, mcnemar_accepts
 from ..gate.ladder import Ladder, ladder_units
 from ..gate.baseline_cache import BaselineCache
-from ..gate.evaluators import ARMS, UnitOutcome, unit_outcome_from_predictions
+from ..gate.evaluators import (ARMS, UnitOutcome, paired_correct, repeated_outcome,
+                                     unit_outcome_from_predictions)
 from ..gate.validate import validate_skills_concurrent, materialised_candidates, candidates_root, base_view_sha
 from ..log import TrainRunId
 from .workspace import Workspace, AgentSetup
@@ -47,6 +48,7 @@ class GateRequest:
     temperature: float = 0.0 # the agent's sampling temperature in both arms
     inherit_base: bool = False # an accepted candidate's paired outcomes become its content's base arm (`reuse_base`)
     pair_seeds: bool = False # both arms ask with the run's pair seed per question (a seeded sampler couples them)
+    draws: int = 1 # each arm answers each unit this many times; a pair compares how many draws were right
 
 @dataclass(frozen=True)
 class Acceptance:
@@ -89,7 +91,7 @@ def base_key(ws:Workspace, req:GateRequest, task_type:str) -> str:
 @contextmanager
 def baseline_cache(ws:Workspace, req:GateRequest):
     "The training run's `BaselineCache`, open for one gate round (None with `reuse_base` off)."
-    if not req.reuse_base:
+    if not req.reuse_base or req.draws > 1:  # the cache holds one right/wrong a unit, not a count over draws
         yield None
         return
     scope = canonical_json(dict(model=getattr(ws.providers['agent'], 'model', ''), max_steps=ws.config.max_steps,
@@ -111,19 +113,23 @@ def arm_run_id(ws:Workspace, req:GateRequest, task_type:str, arm:str) -> str:
 
 def unit_evaluator(ws:Workspace, req:GateRequest):
     "An `evaluate(unit, arm, skills_dir)` over `run_inference` with resumable, decision-stable run ids."
-    async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
-        base, rid = arm == 'base', arm_run_id(ws, req, unit.task_type, arm)
-        ids = list(unit.question_ids)
+    async def draw(unit:QuestionUnit, arm:str, skills_dir:Path, j:int) -> UnitOutcome:
+        "Draw `j` (0: the first) of one arm on one unit: a later draw has its own run, so its own request seeds."
+        again = '' if j == 0 else f'_d{j + 1}'
+        base, ids, rid = arm == 'base', list(unit.question_ids), arm_run_id(ws, req, unit.task_type, arm) + again
         rows = ws.log.prediction_outcomes(rid, ids)
         # not answered before (a base arm is, once per content)
         if sum(r['stop_reason'] != 'error' for r in rows) < len(ids):
             setup = AgentSetup(kind='gate', skills_version=req.base_version if base else None, skills_dir=skills_dir,
                                prompts_version=req.prompts_version, progress=False, summarise=False,
                                by_content=base and req.reuse_base, temperature=req.temperature,
-                               seed_key=pair_seed_key(req))
+                               seed_key=pair_seed_key(req) and pair_seed_key(req) + again)
             await ws.answer(unit.questions, rid, setup)
             rows = ws.log.prediction_outcomes(rid, ids)
         return unit_outcome_from_predictions(unit, rows)
+    async def evaluate(unit:QuestionUnit, arm:str, skills_dir:Path) -> UnitOutcome:
+        outs = [await draw(unit, arm, skills_dir, j) for j in range(req.draws)]
+        return outs[0] if req.draws == 1 else repeated_outcome(outs)
     return evaluate
 
 async def gate_rule(runner:Workspace, req:GateRequest) -> dict[str, Acceptance]:
@@ -167,7 +173,7 @@ async def _paired_runs(runner:Workspace, req:GateRequest, units_of:dict, arm:str
 
 def _flips(triples) -> tuple[int, int, int]:
     "W, L and n of (unit, base outcome, candidate outcome) triples."
-    return *flip_counts((b.correct, c.correct) for _, b, c in triples), len(triples)
+    return *flip_counts(paired_correct(b, c) for _, b, c in triples), len(triples)
 
 def _acceptance(t, decision, triples) -> Acceptance:
     w, l, n = _flips(triples)

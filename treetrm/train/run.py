@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Protocol
 import polars as pl
 from fastcore.basics import patch
 from ..core import ConfigError, DataError, InfraError, where, read_json, sha256_file, stable_seed
-from ..data import build_units, unit_correct, questions_fingerprint
+from ..data import SHARED_TASK, build_units, unit_correct, questions_fingerprint, video_units
 from ..agent.edits import Edit
 from ..llm.costs import NO_PRICE, price_of, usage_cost
 from ..agent.versions import set_current, set_best, load_manifest
@@ -103,7 +103,9 @@ def probation_pairs(units, # the type's validation units
 def rule_kinds(world:dict|None, # a parsed world.json (None: not a sim world)
                task_type:str, edit:Edit) -> list[str]:
     "The kind of every world rule the edit adds ('unknown' when none matches)."
-    rules = ((world or {}).get('task_types', {}).get(task_type) or {}).get('rules', [])
+    world = world or {}  # a shared skill's edit adds shared rules (sim.world.candidate_rules; train reads no sim)
+    rules = world.get('shared_rules', []) if task_type == SHARED_TASK else (
+        world.get('task_types', {}).get(task_type) or {}).get('rules', [])
     text = ' '.join(edit_texts(edit))
     return [r['kind'] for r in rules if r['text'] in text] or ['unknown']
 
@@ -207,7 +209,7 @@ def open_train_run(ws:Workspace, run_id:str, cfg:TrainConfig, start:str, fresh:b
     "The fixed context of a training run (archiving the old attempt when `fresh`)."
     rid = attempt_run_id(ws.workspace/'runs', run_id, fresh)
     diag, val, test = (ws.pool(p) for p in ('diagnosis', 'validation', 'test'))
-    units = build_units(val)
+    units = build_units(val) + (video_units(val, per=cfg.shared_units) if cfg.shared_edits else [])  # a unit a video
     sizes = type_counts(units)
     world = read_json(ws.data_dir/'world.json') if (ws.data_dir/'world.json').exists() else None
     rule = ACCEPTANCE[cfg.acceptance] if isinstance(cfg.acceptance, str) else cfg.acceptance
@@ -287,9 +289,10 @@ async def initial_state(ws:Workspace, run:TrainRun) -> TrainState:
     correctness, source = await start_correctness(ws, run)
     phat = phat_from_log(ws.log, [source], run.val_units, run.config.gamma, INFRA_STOP_REASONS)
     pv = load_manifest(ws.workspace).prompts_version
-    set_current(ws.workspace, run.start, run.rid, event='train_start')
-    set_best(ws.workspace, run.start, run.rid, event='train_start')
-    state = TrainState(run.rid, run.parts, run.start, run.start, pv, correctness,
+    start = ws.skills.with_shared_skill(run.start, run.ids.init()) if run.config.shared_edits else run.start
+    set_current(ws.workspace, start, run.rid, event='train_start')
+    set_best(ws.workspace, start, run.rid, event='train_start')
+    state = TrainState(run.rid, run.parts, start, start, pv, correctness,
                        best_accuracy=pool_accuracy(correctness, run.val), phat=phat,
                    rng_state=rng_to_json(random.Random(stable_seed(ws.seed, run.rid, 'train'))), validation_run=source)
     state = start_epoch(ws, run, state, 1)

@@ -97,12 +97,14 @@ def step_report(self:Runner, rid:str, # the training run's internal id
 @patch
 def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
     "The step report of `gate_id`: its decisions, and the gate's report when it gated."
-    mine = decisions_frame([d for d in state.decisions if d['gate_id'] == gate_id]).select(*STEP_DECISION_COLUMNS)
+    entries = [d for d in state.decisions if d['gate_id'] == gate_id]
+    mine, pooled = decisions_frame(entries).select(*STEP_DECISION_COLUMNS), report.pooled_evidence_table(entries)
     gate = run.config.gate
     mine = report.with_gate_reasons(mine, run.thresholds(), gate.alpha_final, gate.alpha)
     has_gate = gate_id in self.gated_steps(run.rid)
     rep = self.step_report(run.rid, gate_id, run.report_settings()) if has_gate else {}
-    self._show(run, {'decisions': mine, **rep}, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
+    shared = {'shared_evidence': pooled} if len(pooled) else {}  # a shared edit's pooled evidence, by task type
+    self._show(run, {'decisions': mine, **shared, **rep}, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
 
 @patch
 def gated_steps(self:Runner, rid:str) -> list[str]:

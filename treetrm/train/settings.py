@@ -18,9 +18,10 @@ from ..split.by_video import SplitConfig, load_split_config, SPLIT_KEYS
 
 # %% auto #0
 __all__ = ['ACCEPTANCE_RULES', 'DELIVER', 'OPEN_PROBATIONS', 'PROBATION_EVIDENCE', 'VALIDATION_PASSES', 'DEFAULT_GATE',
-           'TRAIN_CHECKS', 'TRAIN_RELATIONS', 'DEFAULT_SPLIT', 'CONFIG_SECTIONS', 'SECTION_RECORDS', 'STAGE_PARAMETERS',
-           'MAPPING_PARAMETERS', 'check_table', 'TrainConfig', 'train_config', 'Config', 'check_sections',
-           'load_config', 'runner_config', 'stage_config', 'flat_config', 'config_frame', 'show_config']
+           'SHARED_UNITS', 'TRAIN_CHECKS', 'TRAIN_RELATIONS', 'DRAWS_AUTO', 'DEFAULT_SPLIT', 'CONFIG_SECTIONS',
+           'SECTION_RECORDS', 'STAGE_PARAMETERS', 'MAPPING_PARAMETERS', 'check_table', 'TrainConfig', 'train_config',
+           'unit_draws', 'Config', 'check_sections', 'load_config', 'runner_config', 'stage_config', 'flat_config',
+           'config_frame', 'show_config']
 
 # %% ../../nbs/train/02_settings.ipynb #a2738424
 ACCEPTANCE_RULES = ('gate', 'gepa', 'gepa_veto', 'greedy', 'greedy_margin', 'fixed_n', 'bayes', 'gepa_pool')
@@ -38,6 +39,8 @@ def _share(high_open:bool=False) -> Callable:
                       (v < 1 if high_open else v <= 1))
 def _optional(check:Callable) -> Callable: return lambda v: v is None or check(v)
 def _flag(v) -> bool: return isinstance(v, bool)
+def _count(v) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+SHARED_UNITS = ('video', 'question')  # what a shared edit's gate pairs: a video's questions together, or each alone
 
 TRAIN_CHECKS = (  # key, holds when, what is allowed
     ('epochs', _whole(1), 'a whole number ≥ 1'),
@@ -58,6 +61,9 @@ TRAIN_CHECKS = (  # key, holds when, what is allowed
     ('momentum', _flag, 'True or False'),
     ('max_agent_calls', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
     ('prompt_edit', _flag, 'True or False'),
+    ('shared_edits', _flag, 'True or False'),
+    ('shared_units', lambda v: v in SHARED_UNITS, f'one of {SHARED_UNITS}'),
+    ('draws', lambda v: v == 'auto' or _count(v) and v <= 8, "'auto' or a whole number from 1 to 8"),
     ('max_calls', _optional(_whole(1)), 'a whole number ≥ 1 or None'),
     ('deliver', lambda v: v in DELIVER, f'one of {DELIVER}'),
     ('probation_evidence', lambda v: v in PROBATION_EVIDENCE, f'one of {PROBATION_EVIDENCE}'),
@@ -115,7 +121,10 @@ class TrainConfig:
     gate_guard_err: float = 0.2 # a gate round with a larger INFRA share aborts
     momentum: bool = True # slow momentum guidance at each epoch end
     max_agent_calls: int|None = None # no new step once the training's agent calls reach this (None: no budget)
-    prompt_edit: bool = False  # one system-prompt edit per epoch end, kept if its run R2 is not worse than R
+    prompt_edit: bool = False  # ablation: a system-prompt edit per epoch end, kept if R2 is not worse than R (ungated)
+    shared_edits: bool = False  # one shared-skill edit a step from every type's misses, gated on video units
+    shared_units: str = 'video'  # a shared edit's units: 'video' (questions scored by count) or 'question' (ablation)
+    draws: int|str = 1  # times each gate arm answers a unit, a pair won by the count ('auto': `unit_draws`)
     max_calls: int | None = None  # hard budget on training's model calls (all roles); stops mid-step
     deliver: str = 'best'  # 'best' (highest validation accuracy at an epoch end) or 'current' (the rule's last state)
     probation_evidence: str = 'auto'  # 'fresh' (a new anchor draw vs R), 'snapshot' (held-out units) or 'auto'
@@ -167,6 +176,17 @@ def train_config(config:TrainConfig|dict|None=None, **overrides) -> TrainConfig:
             k: _section(BatchParams if k == 'batch' else GateParams, v, k) if k in ('batch', 'gate') else v
             for k, v in d.items()
         })
+
+# %% ../../nbs/train/02_settings.ipynb #7b13aae7
+DRAWS_AUTO = dict(at_least=0.10, draws=2)  # 'auto': two draws where two draws of the start disagree on >= 10%
+
+def unit_draws(config:TrainConfig, # the run's settings
+               discordance:dict|None # the split's discordance.json (two draws of the start skills), None when absent
+              ) -> int:
+    "Draws per gate arm and unit: `config.draws`, or for 'auto' 2 where the measured regime samples (no measure: 1)."
+    if config.draws != 'auto': return config.draws
+    d = ((discordance or {}).get('pooled') or {}).get('discordance')
+    return DRAWS_AUTO['draws'] if d is not None and d >= DRAWS_AUTO['at_least'] else 1
 
 # %% ../../nbs/train/02_settings.ipynb #28c77e1d
 DEFAULT_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.1, report_floor=20, floor_k={}, val_ratio=0.75, val_wrong_min=10)

@@ -8,15 +8,18 @@ from dataclasses import dataclass, replace
 from typing import Callable
 import polars as pl
 from ..core import stable_seed, sha256_text
-from ..agent.skills import DEFAULT_SKILL
+from ..data import SHARED_TASK
+from ..agent.skills import DEFAULT_SKILL, SHARED_SKILL
 from ..agent.versions import set_current
 from ..log import gate_id as make_gate_id
-from ..proposers.diagnose import diagnose as diagnose_run, case_packs
+from ..proposers.diagnose import diagnose as diagnose_run, case_packs, shared_case_pack
 from ..gate.planning import alpha_for_harm, gate_at_alpha
 from ..gate.probation import open_probation
 from ..proposers.evolve import propose_edits, Blacklist, edit_texts
 from ..proposers.momentum import guidance_from_files
 from .checkpoint import TrainState
+from .settings import unit_draws
+from ..split.stage import read_discordance
 from ..llm.ledger import filed_under
 from .workspace import Workspace
 from .acceptance import Acceptance, GateRequest
@@ -27,9 +30,9 @@ from .run import (TrainRun, apply_batch_correctness, guard_infra, tick_cooldowns
 # %% auto #0
 __all__ = ['STEP_SKIPS', 'PROPOSAL_EXITS', 'StepType', 'why_no_proposal', 'step_types', 'on_trial', 'all_on_trial',
            'end_steps_on_trial', 'propose_step_edits', 'write_version', 'with_decision', 'decision_entry',
-           'ProposalCase', 'proposal_info', 'failed_proposal', 'conflicting_edit', 'type_question_ids',
-           'accept_confirmed', 'accept_provisional', 'ProposalExit', 'gate_entry', 'proposal_exit', 'settle_proposal',
-           'expected_candidates', 'harm_alpha', 'step_gate_params', 'train_step']
+           'ProposalCase', 'pooled_evidence', 'proposal_info', 'failed_proposal', 'conflicting_edit',
+           'type_question_ids', 'accept_confirmed', 'accept_provisional', 'ProposalExit', 'gate_entry', 'proposal_exit',
+           'settle_proposal', 'expected_candidates', 'harm_alpha', 'step_gate_params', 'train_step']
 
 # %% ../../nbs/train/06_step.ipynb #080d2814
 @dataclass(frozen=True)
@@ -69,9 +72,10 @@ def step_types(run:TrainRun, state:TrainState, batch:list, predictions:pl.DataFr
     ids, sizes, trial = {q.question_id for q in batch}, type_counts(run.val_units), on_trial(state)
     types = {q.task_type for q in batch} | set(sizes) | {q.task_type for q in run.diag}
     wrong = {q for q, ok in predictions.select('question_id', 'correct').rows() if q in ids and not ok}
+    mine = lambda t: [q for q in batch if t in (q.task_type, SHARED_TASK)]  # the shared skill serves every question
     return [StepType(t, t in run.gated, sizes.get(t, 0), run.config.min_ladder_units, len(ladders.get(t, ())),
-                     t in trial, state.cooldowns.get(t, 0), sum(q.task_type == t for q in batch),
-                     sum(q.task_type == t and q.question_id in wrong for q in batch), t in packs)
+                     t in trial, state.cooldowns.get(t, 0), len(mine(t)),
+                     sum(q.question_id in wrong for q in mine(t)), t in packs)
             for t in sorted(types)]
 
 # %% ../../nbs/train/06_step.ipynb #263b7ac9
@@ -98,6 +102,7 @@ async def propose_step_edits(ws:Workspace, run:TrainRun, state:TrainState, batch
                                   concurrency=ws.concurrency)
     preds = ws.log.predictions(roll)
     packs = case_packs(batch, preds, diag.signals, seed=stable_seed(ws.seed, run.rid, gate_id))
+    if SHARED_TASK in run.gated and (pooled := shared_case_pack(packs)): packs[SHARED_TASK] = pooled  # every type's
     why = {t.task_type: why_no_proposal(t) for t in step_types(run, state, batch, preds, packs, ladders)}
     skipped, eligible = {t: w for t, w in why.items() if w}, [t for t, w in why.items() if not w]
     if not eligible: return {}, skipped
@@ -144,7 +149,8 @@ class ProposalCase:
     def counts(self) -> dict:
         "The rule's evidence as the decision log records it."
         a = self.acceptance
-        return dict(w=a.w, l=a.l, n_used=a.n_used, e_value=a.e_value)
+        pooled = pooled_evidence(self.run, a) if a.task_type == SHARED_TASK else None
+        return dict(w=a.w, l=a.l, n_used=a.n_used, e_value=a.e_value) | ({'by_type': pooled} if pooled else {})
 
     def blacklisted(self, reason:str) -> TrainState:
         "The state with the proposal's edit blacklisted for its type."
@@ -154,6 +160,17 @@ class ProposalCase:
     def record(self, state:TrainState, kind:str, decision:str, **kw) -> TrainState:
         "`state` with the type's decision entry appended."
         return with_decision(state, decision_entry(state, self.gate_id, self.proposal.task_type, kind, decision, **kw))
+
+def pooled_evidence(run:TrainRun, a:Acceptance) -> dict|None:
+    "Task type -> questions won, lost and paired inside the video units a shared edit was judged on (the gate's arms)."
+    if (o := a.outcome) is None: return None  # a rule other than the gate keeps no arms
+    types, out = {q.question_id: q.task_type for q in run.val}, {}
+    for u in o.paired:
+        b, c = o.base[u].detail.get('questions', {}), o.cand[u].detail.get('questions', {})
+        for q in sorted(b.keys() & c.keys()):
+            row = out.setdefault(types[q], dict(w=0, l=0, n=0))
+            row['w'], row['l'], row['n'] = row['w'] + (c[q] and not b[q]), row['l'] + (b[q] and not c[q]), row['n'] + 1
+    return dict(sorted(out.items()))
 
 def proposal_info(run:TrainRun, proposal, alpha:float|None=None) -> dict:
     "What the decision log records of a proposal: target, fingerprint, texts, world rule kinds (and alpha, when set)."
@@ -219,8 +236,9 @@ PROPOSAL_EXITS = (
                  lambda c: gate_entry(c, 'skipped_conflict'), True),
     ProposalExit('confirmed', 'the rule confirms the edit', lambda c: c.acceptance.decision == 'accept_confirmed',
                  accept_confirmed, False),
-    ProposalExit('shared_skill', 'accepted provisionally, but an edit of the shared skill (only confirmed ones apply)',
-                 lambda c: c.acceptance.decision == 'accept_provisional' and c.proposal.target == DEFAULT_SKILL,
+    ProposalExit('shared_skill', 'accepted provisionally, but an edit of a shared skill (only confirmed ones apply)',
+                 lambda c: c.acceptance.decision == 'accept_provisional' and c.proposal.target in (DEFAULT_SKILL,
+                                                                                                   SHARED_SKILL),
                  lambda c: gate_entry(c, 'provisional_not_applied'), True),
     ProposalExit('provisional', 'the rule accepts the edit provisionally',
                  lambda c: c.acceptance.decision == 'accept_provisional', accept_provisional, False),
@@ -234,10 +252,12 @@ def proposal_exit(case:ProposalCase) -> ProposalExit:
 
 def settle_proposal(ws:Workspace, run:TrainRun, state:TrainState, gate_id:str, proposal,
                     acceptance:Acceptance|None,
-                    alpha:float|None=None # the per-edit level the harm bar set (logged when given)
+                    alpha:float|None=None, # the per-edit level the harm bar set (logged when given)
+                    draws:int=1 # draws per arm and unit the rule paid (logged when more than one)
                    ) -> tuple[TrainState, bool]:
     "Apply one type's proposal outcome by its `proposal_exit`; (state, whether the type counts as rejected)."
-    case = ProposalCase(ws, run, state, gate_id, proposal, acceptance, proposal_info(run, proposal, alpha))
+    info = proposal_info(run, proposal, alpha) | ({'draws': draws} if draws > 1 else {})
+    case = ProposalCase(ws, run, state, gate_id, proposal, acceptance, info)
     row = proposal_exit(case)
     return row.settle(case), row.rejected
 
@@ -251,7 +271,7 @@ def expected_candidates(run:TrainRun, state:TrainState) -> float:
 
 def harm_alpha(run:TrainRun, state:TrainState, ladder, task_type:str, history) -> float:
     "The per-edit alpha the run's harm bar allows a type (`treetrm.gate.planning.alpha_for_harm`)."
-    share = sum(q.task_type == task_type for q in run.test) / max(1, len(run.test))
+    share = 1.0 if task_type == SHARED_TASK else sum(q.task_type == task_type for q in run.test) / max(1, len(run.test))
     gate = replace(run.config.gate, evidence_cap=run.evidence_cap(task_type))
     return alpha_for_harm(run.config.harm_risk, expected_candidates(run, state), len(ladder),
                           discordance_estimate(ladder, history), max(share, 1e-9), gate, run.config.harm_points)
@@ -284,13 +304,14 @@ async def train_step(ws:Workspace, run:TrainRun, state:TrainState) -> TrainState
     req = GateRequest(run.rid, gate_id, cands, state.skills_current, state.prompts_version,
                       {t: ladders[t] for t in cands}, tuple(run.val_units),
                       params, tuple(batch), {q: correctness[q] for q in ids}, run.config.reuse_base,
-                      run.config.temperature, run.config.inherit_base, run.config.pair_seeds)
+                      run.config.temperature, run.config.inherit_base, run.config.pair_seeds,
+                      unit_draws(run.config, read_discordance(ws.workspace)))
     results = await run.rule(ws, req) if cands else {}
     run.event('gate_done', gate_id=gate_id, decisions={t: a.decision for t, a in results.items()})
     state, rejected = replace(state, correctness=correctness), []
     for t in sorted(proposals):
         alpha = params[t].alpha if t in params and run.config.harm_risk is not None else None
-        state, rej = settle_proposal(ws, run, state, gate_id, proposals[t], results.get(t), alpha)
+        state, rej = settle_proposal(ws, run, state, gate_id, proposals[t], results.get(t), alpha, req.draws)
         if rej: rejected.append(t)
     for t, (decision, reason) in skipped.items():
         state = with_decision(state, decision_entry(state, gate_id, t, 'step', decision, reason=reason))
