@@ -37,7 +37,7 @@ class BenchSettings:
     engine_curve: bool = True  # the GEPA engine runs once per multiple of the curve (False: at 1x only, one point)
     split: dict|None = None # split settings (None: DEFAULT_GRID_SPLIT)
     pair_seeds: bool = False # every rule's pairs ask each question with one request seed (`train.pair_seeds`)
-    shared_edits: bool = False # every rule judges shared-skill edits too, on video units (`train.shared_edits`)
+    shared_edits: bool|None = None # every rule judges shared-skill edits too (`train.shared_edits`; None: its default)
 
 DEFAULT_GRID_SPLIT = dict(seed=0, test_ratio=0.2, epsilon=0.2, report_floor=10, floor_k={}, val_ratio=0.75,
                           val_wrong_min=5)
@@ -47,7 +47,7 @@ def bench_run_config(settings:BenchSettings, max_calls:int) -> dict:
     return dict(epochs=100, patience=100, min_ladder_units=settings.min_ladder_units, max_calls=max_calls,
                 deliver='current', batch=dict(batch_size=settings.batch_size, min_class=4, correct_ratio=0.2)
                 ) | ({'pair_seeds': True} if settings.pair_seeds else {}) | (  # as before when off: same run configs
-                    {'shared_edits': True} if settings.shared_edits else {})
+                    {} if settings.shared_edits is None else {'shared_edits': settings.shared_edits})
 
 # %% ../../nbs/bench/01b_grid.ipynb #7cb24bd0
 class FullCoupling(UserWarning):

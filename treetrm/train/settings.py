@@ -122,7 +122,7 @@ class TrainConfig:
     momentum: bool = True # slow momentum guidance at each epoch end
     max_agent_calls: int|None = None # no new step once the training's agent calls reach this (None: no budget)
     prompt_edit: bool = False  # ablation: a system-prompt edit per epoch end, kept if R2 is not worse than R (ungated)
-    shared_edits: bool = False  # one shared-skill edit a step from every type's misses, gated on video units
+    shared_edits: bool = True  # one shared-skill edit a step from every type's misses, gated on video units
     shared_units: str = 'video'  # a shared edit's units: 'video' (questions scored by count) or 'question' (ablation)
     draws: int|str = 1  # times each gate arm answers a unit, a pair won by the count ('auto': `unit_draws`)
     max_calls: int | None = None  # hard budget on training's model calls (all roles); stops mid-step
