@@ -7,7 +7,7 @@ import pytest
 
 from treetrm.data import SHARED_TASK, Question, video_units
 from treetrm.gate.evaluators import UnitOutcome, paired_correct, unit_outcome_from_predictions
-from treetrm.report import pooled_evidence_table
+from treetrm.report import pooled_evidence_table, step_report
 from treetrm.bench.loop_bench import DEFAULT_GRID_SPLIT
 from treetrm.train.runner import Runner
 from treetrm.sim.world import make_world, load_world, true_accuracy, world_questions_by_id, check_world
@@ -87,7 +87,23 @@ def test_shared_edits_are_gated_on_video_units(tmp_path):
     table = pooled_evidence_table(shared)
     assert set(table['task_type']) >= {'ALL'} and table.filter(table['task_type'] == 'ALL')['questions'].sum() == \
         sum(v['n'] for d in shared for v in d['by_type'].values())
+    # the step report shows it like a skill's edit: a row of its gate table, its e-value trajectory drawn
+    rep = step_report(runner.log, res.internal_run_id, shared[0]['gate_id'])
+    assert SHARED_TASK in set(rep['gate_table']['task_type'])
     files = runner.skills.read_files(res.state.skills_current)
     assert '_shared.md' in files and 'always: true' in files['_shared.md']
     _, off = _train(tmp_path/'off', world, False)
     assert not [d for d in off.state.decisions if d['task_type'] == SHARED_TASK]  # off: no shared edit at all
+
+ROOT = Path(__file__).resolve().parents[1]
+LEVERS_REPORT = ROOT/'nbs/bench/results/levers-report-2026-12-07.json'
+
+def test_the_readmes_lever_tables_are_made_from_the_committed_report_json():
+    "Every number of the README's lever tables comes from the committed JSON by `levers_markdown` (none typed by hand)."
+    from treetrm.core import read_json
+    from treetrm.bench.regime_map import preregistration
+    from treetrm.bench.levers import LEVERS_REGISTRATION, levers_markdown, readme_levers_block
+    m, reg = read_json(LEVERS_REPORT), preregistration(ROOT/LEVERS_REGISTRATION)
+    assert m['kind'] == 'report' and set(m['seeds']) <= set(reg['report_seeds'])
+    assert m['preregistration']['sha256'] == reg['sha256']  # it answers the committed registration
+    assert readme_levers_block((ROOT/'README.md').read_text(encoding='utf-8')) == levers_markdown(m, reg['bar'])

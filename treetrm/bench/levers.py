@@ -5,10 +5,9 @@
 # %% ../../nbs/bench/06_levers.ipynb #5bacbaf4
 from __future__ import annotations
 import math
-from ..core import DataError, where
 from .loop_bench import FALSE_CONFIRM
 from .loop_report import mean_ci
-from .regime_map import SIZE_LABELS, percent, map_bar
+from .regime_map import percent, map_bar, readme_block
 from .rules import rule_style
 
 # %% auto #0
@@ -51,7 +50,8 @@ def lever_bar(m:dict, # a map run with the levers registration (`run_map`)
         cells = _slice_cells(m, b['regime'], b['size'])
         gains = lambda r: list(_per_seed(cells, r).values())
         today = sum(gains(bar['today'])) / len(gains(bar['today']))
-        levers = {r: dict(what=what, gain=sum(gains(r)) / len(gains(r)), paired=paired(cells, d, r))
+        levers = {r: dict(what=what, gain=sum(gains(r)) / len(gains(r)), paired=paired(cells, d, r),
+                          false_confirm=false_confirms(cells, r))
                   for r, what in bar['levers'].items() if all(r in c['rules'] for c in cells)}
         fc = false_confirms(cells, d)
         out.append(b | dict(today=today, ratio=b['default_gain'] / today if today > 0 else None,
@@ -63,6 +63,10 @@ def lever_bar(m:dict, # a map run with the levers registration (`run_map`)
 # %% ../../nbs/bench/06_levers.ipynb #165a7816
 def _ratio(x) -> str: return '—' if x is None else f'{x:.2f}×'
 
+def _rate(fc:dict) -> str:
+    "confirmed/judged = rate ± its standard error, or '—' when nothing was judged."
+    return '—' if fc['rate'] is None else f"{fc['confirmed']}/{fc['judged']} = {fc['rate']:.3f} ± {fc['se']:.3f}"
+
 def levers_markdown(m:dict, # a map run with the levers registration
                     bar:dict # the registration's `bar`
                    ) -> str:
@@ -72,25 +76,20 @@ def levers_markdown(m:dict, # a map run with the levers registration
             'worst cell worse by > 0.5 | false confirms per edit (α = {a}) |').format(a=bar['alpha'])
     lines = [head, '|' + '---|' * head.count(' | ') + '---|']
     for b in rows:
-        fc = b['false_confirm']
-        rate = '—' if fc['rate'] is None else f"{fc['confirmed']}/{fc['judged']} = {fc['rate']:.3f} ± {fc['se']:.3f}"
         lines.append(f"| {b['regime']} | {b['runs']} | {b['default_gain']:+.2f} | {b['best_gain']:+.2f} | "
                      f"{b['paired_difference']:+.2f} [{b['paired_ci'][0]:+.2f}, {b['paired_ci'][1]:+.2f}] | "
                      f"{'yes' if b['meets_gain'] else 'no'} | {b['today']:+.2f} | "
                      f"{_ratio(b['ratio'])} | "
-                     f"{'yes' if b['meets_ratio'] else 'no'} | {percent(b['worst_cell_worse_by_half'])} | {rate} |")
-    lines += ['', '| regime | lever off | what it turns off | its gain | default minus it [95%] |',
-              '|---|---|---|---|---|']
+                     f"{'yes' if b['meets_ratio'] else 'no'} | {percent(b['worst_cell_worse_by_half'])} | {_rate(b['false_confirm'])} |")
+    lines += ['', '| regime | lever off | what it turns off | its gain | default minus it [95%] | its false confirms |',
+              '|---|---|---|---|---|---|']
     for b in rows:
         for r, v in b['levers'].items():
             p = v['paired']
             lines.append(f"| {b['regime']} | {rule_style(r)['label']} | {v['what']} | {v['gain']:+.2f} | "
-                         f"{p['mean']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}] |")
+                         f"{p['mean']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}] | {_rate(v['false_confirm'])} |")
     return '\n'.join(lines)
 
 def readme_levers_block(text:str) -> str:
-    "The text between the README's levers fences (a `DataError` when they are missing)."
-    if LEVERS_BEGIN not in text or LEVERS_END not in text:
-        raise DataError(where(f'no {LEVERS_BEGIN} ... {LEVERS_END} block', 'Add the fences around the lever tables',
-                              file='README.md'))
-    return text.split(LEVERS_BEGIN, 1)[1].split(LEVERS_END, 1)[0].strip()
+    "The text between the README's levers fences (`regime_map.readme_block`)."
+    return readme_block(text, LEVERS_BEGIN, LEVERS_END)

@@ -21,7 +21,7 @@ from .rules import check_rules, rule_style
 # %% auto #0
 __all__ = ['PREREGISTRATION', 'SEED_KINDS', 'SIZE_LABELS', 'MAP_BEGIN', 'MAP_END', 'preregistration', 'map_worlds',
            'map_settings', 'run_map', 'machine', 'finished_seeds', 'map_table', 'delivery_rates', 'map_bar', 'plot_map',
-           'percent', 'map_findings', 'map_markdown', 'readme_map_block']
+           'percent', 'map_findings', 'map_markdown', 'readme_block', 'readme_map_block']
 
 # %% ../../nbs/bench/05_regime_map.ipynb #71689348
 PREREGISTRATION = 'nbs/bench/preregistration.json'  # relative to the checkout's root
@@ -257,9 +257,15 @@ def map_markdown(m:dict, # a regime map
                      + ' | '.join(cell(r) if r in by else '—' for r in rules) + ' |')
     return '\n'.join(lines + [''] + map_findings(m, bar))
 
-def readme_map_block(text:str) -> str:
-    "The text between the README's regime-map fences (a `DataError` when they are missing)."
-    if MAP_BEGIN not in text or MAP_END not in text:
-        raise DataError(where(f'no {MAP_BEGIN} ... {MAP_END} block', 'Add the fences around the map tables',
+def readme_block(text:str, # the README's text
+                 begin:str=MAP_BEGIN, end:str=MAP_END # the block's fences
+                ) -> str:
+    "The text between a README block's fences (a `DataError` when they are missing)."
+    if begin not in text or end not in text:
+        raise DataError(where(f'no {begin} ... {end} block', 'Add the fences around the tables made from the JSON',
                               file='README.md'))
-    return text.split(MAP_BEGIN, 1)[1].split(MAP_END, 1)[0].strip()
+    return text.split(begin, 1)[1].split(end, 1)[0].strip()
+
+def readme_map_block(text:str) -> str:
+    "The text between the README's regime-map fences (`readme_block`)."
+    return readme_block(text)
