@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from PIL import Image
 
+from treetrm.data import SHARED_TASK
 from treetrm.core import ConfigError, InfraError
 from treetrm.data import load_questions
 from treetrm.llm.costs import NO_PRICE
@@ -157,7 +158,7 @@ def test_every_step_report_lists_every_task_type(trained):
         assert shown == set(TYPES), (gid, table)
         batch = {r.by_id[q].task_type for q in res.state.batches[int(gid.split('s')[1]) - 1]}
         for d in res.state.decisions:
-            if d['gate_id'] == gid and d['task_type'] not in batch:  # a type the batch did not draw says so
+            if d['gate_id'] == gid and d['task_type'] not in batch | {SHARED_TASK}:  # an undrawn type says so
                 assert d['kind'] == 'step' and d['reason'], d
     absent = [d for d in res.state.decisions if d['decision'] == 'not_in_batch']
     assert absent and {d['reason'] for d in absent} == {"not in this step's batch: none of its questions was drawn"}

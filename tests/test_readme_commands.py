@@ -63,8 +63,8 @@ NOT_RUN = {  # a block's marker -> why no test runs it
     'papermill nbs/bench/regime_map.ipynb out.ipynb -k python3 -p kind report -p processes 2 -p workdir map-work':
         'the report map: hours on 2 cores; tests/test_regime_map.py runs the same notebook on a one-cell registration',
     'papermill nbs/bench/regime_map.ipynb out.ipynb -k python3 -p kind report -p processes 2 -p workdir levers-work':
-        "issue 48's lever runs: about an hour on 2 cores; tests/test_regime_map.py runs the same notebook on a one-cell "
-        'registration',
+        "issue 48's lever runs: about an hour on 2 cores; tests/test_regime_map.py runs the same notebook on a "
+        'one-cell registration',
     'papermill nbs/bench/scale.ipynb out.ipynb -k python3 -p out nbs/bench/results/scale-2026-12-06.json':
         'the scale benchmark: about 15 minutes on 2 cores; tests/test_bench_scale.py runs the same notebook on a '
         'small setting',

@@ -80,7 +80,8 @@ def levers_markdown(m:dict, # a map run with the levers registration
                      f"{b['paired_difference']:+.2f} [{b['paired_ci'][0]:+.2f}, {b['paired_ci'][1]:+.2f}] | "
                      f"{'yes' if b['meets_gain'] else 'no'} | {b['today']:+.2f} | "
                      f"{_ratio(b['ratio'])} | "
-                     f"{'yes' if b['meets_ratio'] else 'no'} | {percent(b['worst_cell_worse_by_half'])} | {_rate(b['false_confirm'])} |")
+                     f"{'yes' if b['meets_ratio'] else 'no'} | {percent(b['worst_cell_worse_by_half'])} | "
+                     f"{_rate(b['false_confirm'])} |")
     lines += ['', '| regime | lever off | what it turns off | its gain | default minus it [95%] | its false confirms |',
               '|---|---|---|---|---|---|']
     for b in rows:
