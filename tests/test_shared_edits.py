@@ -8,6 +8,7 @@ import pytest
 from treetrm.data import SHARED_TASK, Question, video_units
 from treetrm.gate.evaluators import UnitOutcome, paired_correct, unit_outcome_from_predictions
 from treetrm.report import pooled_evidence_table, step_report
+from treetrm.agent.skills import shared_seed_text
 from treetrm.bench.loop_bench import DEFAULT_GRID_SPLIT
 from treetrm.train.runner import Runner
 from treetrm.sim.world import make_world, load_world, true_accuracy, world_questions_by_id, check_world
@@ -72,7 +73,7 @@ def _train(root:Path, world:Path, shared:bool):
     return r, asyncio.run(go())
 
 def test_shared_edits_are_gated_on_video_units(tmp_path):
-    world = make_world(tmp_path/'world', seed=4, **WORLD | dict(n_videos=80),
+    world = make_world(tmp_path/'world', seed=7, **WORLD | dict(n_videos=80),  # a world where one is confirmed
                        realism=dict(effects='large', shared_rules=40, video_idiosyncrasy=0.1))
     runner, res = _train(tmp_path/'on', world, True)
     shared = [d for d in res.state.decisions if d['task_type'] == SHARED_TASK and d['kind'] == 'gate']
@@ -90,8 +91,11 @@ def test_shared_edits_are_gated_on_video_units(tmp_path):
     # the step report shows it like a skill's edit: a row of its gate table, its e-value trajectory drawn
     rep = step_report(runner.log, res.internal_run_id, shared[0]['gate_id'])
     assert SHARED_TASK in set(rep['gate_table']['task_type'])
-    files = runner.skills.read_files(res.state.skills_current)
-    assert '_shared.md' in files and 'always: true' in files['_shared.md']
+    # the shared skill appears with its first confirmed edit, from its seed; before it, no prompt changed
+    files, confirmed = runner.skills.read_files(res.state.skills_current), [d for d in shared if d.get('version')]
+    first = runner.skills.read_files(runner.resolve_version('seed'))
+    assert '_shared.md' not in first and confirmed and 'always: true' in files['_shared.md']
+    assert runner.skills.read_files(confirmed[0]['version'])['_shared.md'].startswith(shared_seed_text()[:200])
     _, off = _train(tmp_path/'off', world, False)
     assert not [d for d in off.state.decisions if d['task_type'] == SHARED_TASK]  # off: no shared edit at all
 

@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass, asdict
 from pathlib import Path
 from ..core import DataError, where, sha256_json
-from .skills import (FROZEN_MARK, SectionSpan, clean_text, is_plain_name, section_spans, sections,
+from .skills import (FROZEN_MARK, SHARED_SKILL, SectionSpan, clean_text, is_plain_name, section_spans,
+                                  skill_text, sections,
                             split_front_matter, parse_skill)
 
 # %% auto #0
@@ -95,13 +96,14 @@ def edit_fingerprint(edit:Edit) -> str:
 def check_target(skill_dir:str|Path, # the version folder the edit applies to
                  target:str # the edit's target file name
                 ) -> Path:
-    "The path of an edit's target, after checking it is an existing skill file directly inside `skill_dir`."
+    "The path of an edit's target, after checking it is a skill file directly inside `skill_dir` (or the shared one)."
     hint = 'Name one skill file of the folder, e.g. counting-problem.md'
     if not is_plain_name(target) or not target.endswith('.md'):
         raise _reject('bad_target', f'target {target!r} is not a plain skill file name', hint, file=target,
                       field='target')
     d = Path(skill_dir).resolve()
     p = d / target
+    if target == SHARED_SKILL and not p.exists(): return p  # edited from its seed: the edit creates it
     if not p.is_file() or p.resolve().parent != d:
         known = ', '.join(sorted(q.name for q in d.glob('*.md'))) if d.is_dir() else 'none'
         raise _reject('bad_target', f'no skill file {target!r} in {d}', f'Known files: {known}', file=target,
@@ -215,8 +217,8 @@ def apply_edit(skill_dir:str|Path, # the version folder holding the target
               ) -> str:
     "The new text of the edit's target file, after every check; nothing is written."
     edit = edit if isinstance(edit, Edit) else parse_edit(edit)
-    path = check_target(skill_dir, edit.target)
-    old = new = path.read_text(encoding='utf-8').replace('\r\n', '\n')
+    check_target(skill_dir, edit.target)
+    old = new = skill_text(skill_dir, edit.target).replace('\r\n', '\n')
     parse_skill(old, file=edit.target)
     for i, op in enumerate(edit.ops): new = _APPLY[op.op](new, op, edit.target, i)
     if new == old: raise _reject('no_change', 'the edit leaves the file as it was', file=edit.target, field='ops')

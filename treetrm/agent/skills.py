@@ -8,15 +8,15 @@ import copy, functools, os, re
 from dataclasses import dataclass
 from pathlib import Path
 import yaml
-from ..core import DataError, ConfigError, where, folder_listing
+from ..core import DataError, ConfigError, asset_dir, where, folder_listing
 # a task type's file stem is data's rule; named here for callers
 from ..data import DEFAULT_TASK, SHARED_TASK, skill_slug
 
 # %% auto #0
 __all__ = ['FROZEN_MARK', 'DEFAULT_SKILL', 'SHARED_SKILL', 'SKILL_MODES', 'Section', 'SectionSpan', 'clean_text', 'section_spans',
            'sections', 'split_front_matter', 'Skill', 'parse_skill', 'render_skill', 'strategy_rules', 'skill_file',
-           'is_plain_name', 'check_skill_files', 'load_skill_dir', 'SkillRoute', 'catalogue', 'route_skills',
-           'read_skill']
+           'shared_seed_text', 'skill_text', 'is_plain_name', 'check_skill_files', 'load_skill_dir', 'SkillRoute',
+           'catalogue', 'route_skills', 'read_skill']
 
 # %% ../../nbs/agent/00_skills.ipynb #d1b46274
 FROZEN_MARK = '<!-- frozen -->'
@@ -184,6 +184,17 @@ def skill_file(task_type:str|None) -> str:
     return skill_slug(task_type) + '.md'
 
 SHARED_SKILL = skill_file(SHARED_TASK)  # '_shared.md': the `always` skill shared edits change (seed: prompts/shared)
+
+def shared_seed_text() -> str:
+    "The shared skill a version without one is edited from: `prompts/shared/_shared.md` (no version holds it unedited)."
+    return (asset_dir('prompts')/'shared'/SHARED_SKILL).read_text(encoding='utf-8')
+
+def skill_text(skill_dir:str|Path, # a version folder
+               name:str # a skill file name
+              ) -> str:
+    "A skill file's text; the shared skill's seed when the folder has none yet (it appears with its first edit)."
+    p = Path(skill_dir)/name
+    return shared_seed_text() if name == SHARED_SKILL and not p.exists() else p.read_text(encoding='utf-8')
 
 def is_plain_name(name) -> bool:
     "A plain file name: no path separators, no `..`, not hidden, not absolute."

@@ -11,7 +11,7 @@ from pathlib import Path
 from fastcore.basics import patch
 from ..core import (DataError, ConfigError, InfraError, where, asset_dir, atomic_write_bytes, atomic_write_json,
                           new_temp_folder, read_json)
-from .skills import SHARED_SKILL, Skill, is_plain_name, check_skill_files, load_skill_dir
+from .skills import Skill, is_plain_name, check_skill_files, load_skill_dir
 
 # %% auto #0
 __all__ = ['STORE_KINDS', 'META_FILE', 'MANIFEST_FILE', 'version_name', 'VersionStore', 'Manifest', 'save_manifest',
@@ -151,16 +151,6 @@ def import_dir(self:VersionStore, src_dir:str|Path, # a folder of files, e.g. pr
 def find_identical(self:VersionStore, files:dict[str,str]) -> str|None:
     "The first version whose files are exactly `files`, or None."
     return next((v for v in self.versions() if self.read_files(v) == files), None)
-
-@patch
-def with_shared_skill(self:VersionStore, version:str, # a skills version
-                      trigger_run:str|None=None # the run that needs it
-                     ) -> str:
-    "`version`, or a child of it holding the seed shared skill (`prompts/shared`) when it has none."
-    if SHARED_SKILL in (files := self.read_files(version)): return version
-    text = (asset_dir('prompts')/'shared'/SHARED_SKILL).read_text(encoding='utf-8')  # one habit, no world rule
-    made = lambda: self.create({SHARED_SKILL: text}, parent=version, source='shared_seed', trigger_run=trigger_run)
-    return self.find_identical(files | {SHARED_SKILL: text}) or made()
 
 # %% ../../nbs/agent/00a_versions.ipynb #499382ba
 MANIFEST_FILE = 'manifest.json'

@@ -14,7 +14,8 @@ import polars as pl
 from ..core import (DataError, ConfigError, InfraError, Slots, where, asset_dir, canonical_json,
                           sha256_text)
 from ..llm.protocol import LLMProvider, LLMResponse, ReplyError, reply_json, json_schema_format
-from ..agent.skills import DEFAULT_SKILL, skill_file
+from ..data import SHARED_TASK
+from ..agent.skills import DEFAULT_SKILL, SHARED_SKILL, skill_file, skill_text as read_skill_text
 from ..agent.edits import EDIT_OPS, Edit, EditRejected, apply_edit, check_target, edit_fingerprint, parse_edit
 from .diagnose import soft_fences
 
@@ -225,6 +226,7 @@ def evolve_target(task_type:str, # the task type
                  ) -> str:
     "The skill file an edit for `task_type` must change."
     d = Path(skills_dir)
+    if task_type == SHARED_TASK: return SHARED_SKILL  # edited from its seed while the version has none
     for name in (skill_file(task_type), DEFAULT_SKILL):
         if (d/name).is_file(): return name
     raise DataError(
@@ -336,7 +338,8 @@ def check_reply(raw:str, # the evolver's reply
                ) -> Proposal:
     "Turn an evolver reply into a checked `Proposal`; nothing is written."
     d = Path(skills_dir)
-    base = check_target(d, target).read_text(encoding='utf-8').replace('\r\n', '\n')
+    check_target(d, target)
+    base = read_skill_text(d, target).replace('\r\n', '\n')
     p = Proposal(task_type, target, 'invalid', raw=raw, base_sha256=sha256_text(base))
     return read_proposal(p, lambda edit: apply_edit(d, edit, **edit_limits), blacklist,
                          check=lambda edit: _check_edit_target(d, edit, target))
@@ -371,7 +374,7 @@ async def propose_edit(task_type:str, # the task type whose skill to change
     target = target or evolve_target(task_type, skills_dir)
     blacklist = blacklist or Blacklist()
     failures, successes = pack_cases(case_pack)
-    skill_text = (Path(skills_dir)/target).read_text(encoding='utf-8')
+    skill_text = read_skill_text(skills_dir, target)
     msgs = evolve_messages(
         evolve_context(task_type, target, skill_text, failures, successes, blacklist.texts(task_type)), guidance,
         templates)

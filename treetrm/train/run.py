@@ -289,10 +289,9 @@ async def initial_state(ws:Workspace, run:TrainRun) -> TrainState:
     correctness, source = await start_correctness(ws, run)
     phat = phat_from_log(ws.log, [source], run.val_units, run.config.gamma, INFRA_STOP_REASONS)
     pv = load_manifest(ws.workspace).prompts_version
-    start = ws.skills.with_shared_skill(run.start, run.ids.init()) if run.config.shared_edits else run.start
-    set_current(ws.workspace, start, run.rid, event='train_start')
-    set_best(ws.workspace, start, run.rid, event='train_start')
-    state = TrainState(run.rid, run.parts, start, start, pv, correctness,
+    set_current(ws.workspace, run.start, run.rid, event='train_start')
+    set_best(ws.workspace, run.start, run.rid, event='train_start')
+    state = TrainState(run.rid, run.parts, run.start, run.start, pv, correctness,
                        best_accuracy=pool_accuracy(correctness, run.val), phat=phat,
                    rng_state=rng_to_json(random.Random(stable_seed(ws.seed, run.rid, 'train'))), validation_run=source)
     state = start_epoch(ws, run, state, 1)

@@ -9,7 +9,7 @@ from typing import Callable
 import polars as pl
 from ..core import stable_seed, sha256_text
 from ..data import SHARED_TASK
-from ..agent.skills import DEFAULT_SKILL, SHARED_SKILL
+from ..agent.skills import DEFAULT_SKILL, SHARED_SKILL, shared_seed_text
 from ..agent.versions import set_current
 from ..log import gate_id as make_gate_id
 from ..proposers.diagnose import diagnose as diagnose_run, case_packs, shared_case_pack
@@ -187,7 +187,8 @@ def failed_proposal(c:ProposalCase) -> TrainState:
 
 def conflicting_edit(c:ProposalCase) -> bool:
     "An accepted edit whose file another type's edit of this step changed after the proposal read it."
-    current = c.ws.skills.read_files(c.state.skills_current).get(c.proposal.target, '').replace('\r\n', '\n')
+    files, target = c.ws.skills.read_files(c.state.skills_current), c.proposal.target
+    current = files.get(target, shared_seed_text() if target == SHARED_SKILL else '').replace('\r\n', '\n')
     return c.acceptance.accepted and c.proposal.base_sha256 != sha256_text(current)
 
 # %% ../../nbs/train/06_step.ipynb #ad8a4208
