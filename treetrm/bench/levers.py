@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from .loop_bench import FALSE_CONFIRM
 from .loop_report import mean_ci
-from .regime_map import percent, map_bar, readme_block
+from .regime_map import percent, map_bar, readme_block, slice_cells, seed_gains, delivery_counts
 from .rules import rule_style
 
 # %% auto #0
@@ -18,25 +18,14 @@ __all__ = ['LEVERS_REGISTRATION', 'LEVERS_BEGIN', 'LEVERS_END', 'paired', 'false
 LEVERS_REGISTRATION = 'nbs/bench/preregistration-levers.json'  # relative to the checkout's root
 LEVERS_BEGIN, LEVERS_END = '<!-- levers:begin -->', '<!-- levers:end -->'  # the README block's fences
 
-def _slice_cells(m:dict, regime:str, size:str) -> list[dict]:
-    return [c for c in m['cells'] if c['regime'] == regime and c['size'] == str(size)]
-
-def _per_seed(cells:list[dict], rule:str) -> dict[int, float]:
-    "World seed -> the rule's gain averaged over the slice's mixtures (the seed is the cluster)."
-    out = {}
-    for c in cells:
-        for r in c['rules'][rule]['runs']: out.setdefault(r['seed'], []).append(r['gain'])
-    return {s: sum(v) / len(v) for s, v in out.items()}
-
 def paired(cells:list[dict], rule:str, other:str) -> dict:
     "gain(rule) - gain(other): mean and 95% t interval over world seeds, each pooled over the slice's mixtures."
-    a, b = _per_seed(cells, rule), _per_seed(cells, other)
+    a, b = seed_gains(cells, rule), seed_gains(cells, other)
     return mean_ci([a[s] - b[s] for s in a if s in b])
 
 def false_confirms(cells:list[dict], rule:str) -> dict:
     "The rule's edits no better than their base (true effect <= 0) and the share it confirmed, with its standard error."
-    bins = [c['rules'][rule].get('acceptance_by_effect', {}).get(FALSE_CONFIRM) for c in cells]
-    n, k = sum(b['gated'] for b in bins if b), sum(b['delivered'] for b in bins if b)
+    k, n = delivery_counts([c['rules'][rule] for c in cells]).get(FALSE_CONFIRM, (0, 0))
     p = k / n if n else None
     return dict(judged=n, confirmed=k, rate=p, se=math.sqrt(p * (1 - p) / n) if n else None)
 
@@ -47,8 +36,8 @@ def lever_bar(m:dict, # a map run with the levers registration (`run_map`)
     "Per registered slice: the default against greedy validation and today's gate, each lever off, false confirms."
     out, d = [], bar['default']
     for b in map_bar(m, bar):
-        cells = _slice_cells(m, b['regime'], b['size'])
-        gains = lambda r: list(_per_seed(cells, r).values())
+        cells = slice_cells(m, b['regime'], b['size'])
+        gains = lambda r: list(seed_gains(cells, r).values())
         today = sum(gains(bar['today'])) / len(gains(bar['today']))
         levers = {r: dict(what=what, gain=sum(gains(r)) / len(gains(r)), paired=paired(cells, d, r),
                           false_confirm=false_confirms(cells, r))

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 from matplotlib.figure import Figure
-from ..core import ConfigError, where, check_count, from_root, atomic_write_json, project_root
+from ..core import ConfigError, where, check_count, from_root, atomic_write_json, project_root, read_json
 from ..data import Question, option_letters, option_text, load_questions
 from ..trees import VideoTree, node_text, load_trees
 from ..llm.protocol import LLMProvider, json_schema_format, reply_json, ReplyError
@@ -23,10 +23,13 @@ from ..agent.navigate import skills_sections, run_agent
 from .. import figures
 
 # %% auto #0
-__all__ = ['NULL_SENTENCE', 'REAL_SENTENCE', 'EDITS', 'ONE_CALL_SYSTEM', 'AGENTS', 'DRAW_KEYS', 'INTERVAL_RATES', 'PLOTTED',
-           'EDIT_HATCH', 'edited_skills', 'keyframe_notes', 'one_call_messages', 'answer_format', 'one_call_answer',
-           'tool_answer', 'Draw', 'noise_design', 'draw_seed', 'read_draws', 'measure_noise', 'draws_frame',
-           'pair_rates', 'noise_table', 'plot_noise', 'noise_provider', 'noise_inputs', 'noise_summary', 'write_noise']
+__all__ = ['NULL_SENTENCE', 'REAL_SENTENCE', 'EDITS', 'ONE_CALL_SYSTEM', 'AGENTS', 'DRAW_KEYS', 'INTERVAL_RATES', 'COMPARED',
+           'NOISE_BEGIN', 'NOISE_END', 'RATE_LABELS', 'PER_EDIT', 'WORLD_MEASURES', 'PLOTTED', 'EDIT_HATCH',
+           'edited_skills', 'keyframe_notes', 'one_call_messages', 'answer_format', 'one_call_answer', 'tool_answer',
+           'Draw', 'noise_design', 'draw_seed', 'read_draws', 'measure_noise', 'draws_frame', 'pair_rates',
+           'noise_table', 'top_letter', 'compare_noise', 'noise_compare_markdown', 'noise_moves', 'seconds_per_draw',
+           'noise_speed_markdown', 'plot_noise', 'noise_provider', 'noise_inputs', 'noise_summary', 'write_noise',
+           'wall_seconds']
 
 # %% ../../nbs/bench/03_noise.ipynb #6a4982cb
 NULL_SENTENCE = 'These notes were written in English by several annotators.'
@@ -252,6 +255,138 @@ def noise_table(draws:pl.DataFrame, # `measure_noise` draws (any agents and temp
                         | _rates(arms, edit) | _bootstrap(arms, edit, n, n_boot, seed))
     return pl.DataFrame(rows)
 
+# %% ../../nbs/bench/03_noise.ipynb #2b4c5e7c
+COMPARED = ('acc_base', 'top_letter', 'flip_base', 'disc_shared', 'disc_indep', 'effect', 'idiosyncrasy', 'coupling')
+
+def top_letter(letters:np.ndarray # one answer letter a question ('-': none)
+              ) -> float:
+    "The share of questions answered with the most common letter (0.25 for an even spread over four options)."
+    _, counts = np.unique(letters, return_counts=True)
+    return float(counts.max() / len(letters)) if len(letters) else float('nan')
+
+def _compared_rates(arms:dict, letters:dict, edit:str, rows=slice(None)) -> dict:
+    "The `COMPARED` rates of one edit over the questions `rows`."
+    return _rates(arms, edit, rows) | dict(top_letter=top_letter(letters['base', 'a', '0'][rows]))
+
+def _model_arms(draws:pl.DataFrame, questions:list[str]) -> tuple[dict, dict]:
+    "Correctness and letter columns of one agent and temperature over `questions` (sorted ids)."
+    part = draws.filter(pl.col('question_id').is_in(questions))
+    return _arms(part), _arms(part.with_columns(pl.col('answer').fill_null('-')), 'answer')
+
+def compare_noise(a:pl.DataFrame, # draws of model a (`measure_noise`, or `draws_frame(read_draws(path))`)
+                  b:pl.DataFrame, # draws of model b, from the same world and design
+                  n_boot:int=2000, # bootstrap resamples
+                  seed:int=0 # bootstrap seed
+                 ) -> pl.DataFrame:
+    ("Two models' rates on the questions both answered, one row per agent, temperature, edit and rate: each model's "
+     "value and the difference b - a with a 95% paired bootstrap interval (the same questions resampled for both).")
+    rows, rng = [], np.random.default_rng(seed)
+    groups = sorted(set(a.select('agent', 'temperature').unique().rows())
+                    & set(b.select('agent', 'temperature').unique().rows()))
+    for agent, t in groups:
+        at = lambda d: d.filter((pl.col('agent') == agent) & (pl.col('temperature') == t))
+        qs = sorted(set(at(a)['question_id']) & set(at(b)['question_id']))
+        (arms_a, let_a), (arms_b, let_b) = _model_arms(at(a), qs), _model_arms(at(b), qs)
+        n = len(qs)
+        for edit in EDITS:
+            va, vb = _compared_rates(arms_a, let_a, edit), _compared_rates(arms_b, let_b, edit)
+            boots = []
+            for _ in range(n_boot):
+                i = rng.integers(0, n, n)
+                ra, rb = _compared_rates(arms_a, let_a, edit, i), _compared_rates(arms_b, let_b, edit, i)
+                boots.append([rb[k] - ra[k] for k in COMPARED])
+            boots = np.array(boots)
+            for j, k in enumerate(COMPARED):
+                ok = np.isfinite(boots[:, j])
+                lo, hi = np.percentile(boots[ok, j], [2.5, 97.5]) if ok.mean() > 0.9 else (np.nan, np.nan)
+                rows.append(dict(agent=agent, temperature=t, edit=edit, rate=k, questions=n, a=va[k], b=vb[k],
+                                 diff=vb[k] - va[k], diff_lo=float(lo), diff_hi=float(hi)))
+    return pl.DataFrame(rows)
+
+
+# %% ../../nbs/bench/03_noise.ipynb #e2eff899
+NOISE_BEGIN, NOISE_END = '<!-- noise-compare:begin -->', '<!-- noise-compare:end -->'  # the README's generated block
+RATE_LABELS = {'acc_base': 'right, base text', 'top_letter': 'most common letter', 'flip_base': 'flip between seeds',
+               'disc_shared': 'discordance, shared seed', 'disc_indep': 'discordance, independent seeds',
+               'effect': 'edit effect', 'idiosyncrasy': 'idiosyncrasy τ²', 'coupling': 'coupling κ'}
+PER_EDIT = ('disc_shared', 'disc_indep', 'effect', 'idiosyncrasy', 'coupling')  # rates of an edit, not of the base
+# world parameter -> (what measures it: agent, temperature, edit, rate), the world's setting, its name in the code
+WORLD_MEASURES = {'seed_accuracy': (('one_call', 0.0, 'null', 'acc_base'), 'RealismParams.seed_accuracy'),
+                  'seed_flips': (('one_call', 0.0, 'null', 'flip_base'), "GREEDY_NOISE['seed_flips']"),
+                  'flip_rate': (('one_call', 0.7, 'null', 'flip_base'), 'RealismParams.flip_rate'),
+                  'idiosyncrasy (greedy)': (('one_call', 0.0, 'null', 'idiosyncrasy'), "GREEDY_NOISE['idiosyncrasy']"),
+                  'idiosyncrasy (sampled)': (('one_call', 0.7, 'null', 'idiosyncrasy'), 'RealismParams.idiosyncrasy'),
+                  'coupling (one-call)': (('one_call', 0.7, 'null', 'coupling'), 'RealismParams.coupling'),
+                  'coupling (tools)': (('tools', 0.7, 'null', 'coupling'), 'RealismParams.coupling')}
+
+def _fmt(rate:str, x, signed:bool=False) -> str:
+    "A rate as the table prints it: shares in points, τ² and κ as numbers."
+    if x is None or not np.isfinite(x): return '—'
+    if rate in ('idiosyncrasy', 'coupling'): return f'{x:+.3f}' if rate == 'idiosyncrasy' else f'{x:+.2f}'
+    return f'{100 * x:+.1f}' if signed else f'{100 * x:.1f}%'
+
+def _diff_cell(r:dict) -> str:
+    d = _fmt(r['rate'], r['diff'], signed=True)
+    if r['diff_lo'] is None or not np.isfinite(r['diff_lo']): return d
+    return f"{d} [{_fmt(r['rate'], r['diff_lo'], True)}, {_fmt(r['rate'], r['diff_hi'], True)}]"
+
+def _compared_rows(cmp:pl.DataFrame) -> list[dict]:
+    "The rows the table shows: base rates once (null edit's row), an edit's rates per edit; none both models lack."
+    keep = lambda r: (r['rate'] in PER_EDIT or r['edit'] == 'null') and any(
+        x is not None and np.isfinite(x) for x in (r['a'], r['b']))
+    order = {k: i for i, k in enumerate(COMPARED)}
+    rows = [r for r in cmp.iter_rows(named=True) if keep(r)]
+    return sorted(rows, key=lambda r: (r['agent'], r['temperature'], order[r['rate']], r['edit']))
+
+def noise_compare_markdown(cmp:pl.DataFrame, # `compare_noise` of models a and b
+                           label_a:str, label_b:str # the two models' names in the table
+                          ) -> str:
+    "The two models' rates side by side with the difference and its 95% paired interval, as a markdown table."
+    lines = [f'| agent, T (questions) | rate | {label_a} | {label_b} | {label_b} − {label_a} [95%] |',
+             '|---|---|---|---|---|']
+    for r in _compared_rows(cmp):
+        what = RATE_LABELS[r['rate']] + (f" ({r['edit']} edit)" if r['rate'] in PER_EDIT else '')
+        lines.append(f"| {r['agent'].replace('_', '-')}, {r['temperature']:g} ({r['questions']}) | {what} | "
+                     f"{_fmt(r['rate'], r['a'])} | {_fmt(r['rate'], r['b'])} | {_diff_cell(r)} |")
+    return '\n'.join(lines)
+
+def noise_moves(cmp:pl.DataFrame, # `compare_noise` of the model the worlds were set on (a) and another (b)
+                label_a:str, label_b:str
+               ) -> str:
+    "Which world parameters model b's measurement moves (the difference's interval excludes 0), as markdown bullets."
+    index = {(r['agent'], r['temperature'], r['edit'], r['rate']): r for r in cmp.iter_rows(named=True)}
+    out = []
+    for param, (key, setting) in WORLD_MEASURES.items():
+        r = index.get(key)
+        if r is None: continue
+        lo, hi = r['diff_lo'], r['diff_hi']
+        known = lo is not None and np.isfinite(lo)
+        verdict = ('moved' if lo > 0 or hi < 0 else 'not shown to move') if known else 'not measured'
+        out.append(f"- `{param}` (`{setting}`; {key[0].replace('_', '-')} agent, T {key[1]:g}, "
+                   f"{RATE_LABELS[key[3]]}): {label_a} {_fmt(key[3], r['a'])}, {label_b} {_fmt(key[3], r['b'])}, "
+                   f"{_diff_cell(r)}: **{verdict}**")
+    return '\n'.join(out)
+
+
+# %% ../../nbs/bench/03_noise.ipynb #6e1361d6
+def seconds_per_draw(summary:dict # a measurement's JSON (`noise_summary`)
+                    ) -> dict:
+    "agent -> wall seconds a draw took in that measurement (None where its wall time was not recorded)."
+    temps, at_zero = summary['temperatures'], summary.get('tool_seeds_at_zero', 1)
+    n = dict(one_call=summary['n_questions'] * len(noise_design(temps)),
+             tools=summary['n_tool_questions'] * len(noise_design(temps, seeds_at_zero=at_zero, probe=False)))
+    wall = summary.get('wall_s') or {}
+    return {a: (wall[a] / k if wall.get(a) is not None and k else None) for a, k in n.items()}
+
+def noise_speed_markdown(summaries:dict # label -> a measurement's JSON
+                        ) -> str:
+    "One line: seconds a draw for each model and agent, with the machine each ran on."
+    def one(label, s):
+        per = seconds_per_draw(s)
+        parts = [f"{a.replace('_', '-')} {v:.1f} s" for a, v in per.items() if v is not None]
+        return f"{label} ({', '.join(parts) or 'not timed'}; {s.get('machine', '?')})"
+    return 'Seconds a draw: ' + '; '.join(one(k, s) for k, s in summaries.items()) + '.'
+
 # %% ../../nbs/bench/03_noise.ipynb #6d5b5d60
 PLOTTED = (('flip_base', 'flip, same text'), ('disc_shared', 'discordance, shared seed'),
            ('disc_indep', 'discordance, independent seeds'))
@@ -323,3 +458,12 @@ def write_noise(summary:dict, out:str|Path # the JSON file; relative paths resol
     files = [p.name for p in figures.save_figure(plot_noise(table), path.stem, path.parent).values()]
     atomic_write_json(path, summary | dict(figures=files), indent=1)
     return path
+
+def wall_seconds(out:str|Path, # the JSON a previous run of the same measurement wrote (may not exist)
+                 measured:dict, # agent -> seconds this run took
+                 drawn:dict # agent -> draws this run asked (0: it only read them back)
+                ) -> dict:
+    "agent -> wall seconds: this run's where it drew, the previous JSON's where it only read the draws back."
+    path = from_root(out)
+    before = (read_json(path).get('wall_s') or {}) if path.is_file() else {}
+    return {a: round(s) if drawn.get(a) else before.get(a) for a, s in measured.items()}

@@ -20,8 +20,9 @@ from .rules import check_rules, rule_style
 
 # %% auto #0
 __all__ = ['PREREGISTRATION', 'SEED_KINDS', 'SIZE_LABELS', 'MAP_BEGIN', 'MAP_END', 'preregistration', 'map_worlds',
-           'map_settings', 'run_map', 'machine', 'finished_seeds', 'map_table', 'delivery_rates', 'map_bar', 'plot_map',
-           'percent', 'map_findings', 'map_markdown', 'readme_block', 'readme_map_block']
+           'map_settings', 'run_map', 'machine', 'finished_seeds', 'map_table', 'slice_cells', 'seed_gains',
+           'delivery_counts', 'delivery_rates', 'map_bar', 'plot_map', 'percent', 'map_findings', 'map_markdown',
+           'readme_block', 'readme_map_block']
 
 # %% ../../nbs/bench/05_regime_map.ipynb #71689348
 PREREGISTRATION = 'nbs/bench/preregistration.json'  # relative to the checkout's root
@@ -116,15 +117,34 @@ def map_table(m:dict # a regime map (`run_map`)
 
 def _gains(cell:dict, rule:str) -> dict[int, float]: return {r['seed']: r['gain'] for r in cell['rules'][rule]['runs']}
 
-def delivery_rates(summaries:list[dict] # one rule's summaries in several cells
-                  ) -> dict[str, float|None]:
-    "Per true-effect bin (harmful, null, helpful, large): the share of the edits it gated that the rule delivered."
+def slice_cells(m:dict, # a regime map
+                regime:str, size # one slice: a noise regime and a pool shape
+               ) -> list[dict]:
+    "The map's cells of one slice, every effect mixture."
+    return [c for c in m['cells'] if c['regime'] == regime and c['size'] == str(size)]
+
+def seed_gains(cells:list[dict], # a slice's cells
+               rule:str) -> dict[int, float]:
+    "World seed -> the rule's gain averaged over the cells' mixtures (the world seed is the cluster)."
+    out = {}
+    for c in cells:
+        for s, g in _gains(c, rule).items(): out.setdefault(s, []).append(g)
+    return {s: sum(v) / len(v) for s, v in out.items()}
+
+def delivery_counts(summaries:list[dict] # one rule's summaries in several cells
+                   ) -> dict[str, tuple[int, int]]:
+    "Per true-effect bin (harmful, null, helpful, large): (edits the rule delivered, edits it gated), summed."
     out = {}
     for s in summaries:
         for b, v in s.get('acceptance_by_effect', {}).items():
             d, g = out.get(b, (0, 0))
             out[b] = (d + v['delivered'], g + v['gated'])
-    return {b: d / g if g else None for b, (d, g) in out.items()}
+    return out
+
+def delivery_rates(summaries:list[dict] # one rule's summaries in several cells
+                  ) -> dict[str, float|None]:
+    "Per true-effect bin (harmful, null, helpful, large): the share of the edits it gated that the rule delivered."
+    return {b: d / g if g else None for b, (d, g) in delivery_counts(summaries).items()}
 
 def map_bar(m:dict, # a regime map
             bar:dict # the registration's `bar`
@@ -132,19 +152,17 @@ def map_bar(m:dict, # a regime map
     "Per registered slice: the best practical rule pooled over mixtures, the default's paired difference, the harm bar."
     out = []
     for regime, size in bar['slices']:
-        cells = [c for c in m['cells'] if c['regime'] == regime and c['size'] == str(size)]
+        cells = slice_cells(m, regime, size)
         if not cells: continue
         pooled = lambda r: [g for c in cells for g in _gains(c, r).values()]
         best = max(bar['practical'], key=lambda r: sum(pooled(r)) / len(pooled(r)))
         d = bar['default']
-        diffs = [_gains(c, d)[s] - _gains(c, best)[s] for c in cells for s in _gains(c, d)]
-        per_seed = {}  # pooled over mixtures, one value per world seed: the seed is the cluster
-        for c in cells:
-            for s, g in _gains(c, d).items(): per_seed.setdefault(s, []).append(g - _gains(c, best)[s])
-        diff = mean_ci([sum(v) / len(v) for v in per_seed.values()])
+        runs = sum(len(_gains(c, d)) for c in cells)
+        a, b = seed_gains(cells, d), seed_gains(cells, best)  # pooled over mixtures: the seed is the cluster
+        diff = mean_ci([a[s] - b[s] for s in a])
         worst = max(c['rules'][d].get('p_worse_by_half', 0.0) for c in cells)
         delivered = lambda r: delivery_rates([c['rules'][r] for c in cells])
-        out.append(dict(regime=regime, size=str(size), best_practical=best, runs=len(diffs),
+        out.append(dict(regime=regime, size=str(size), best_practical=best, runs=runs,
                         default_delivered=delivered(d), best_delivered=delivered(best),
                         default_gain=sum(pooled(d)) / len(pooled(d)), best_gain=sum(pooled(best)) / len(pooled(best)),
                         paired_difference=diff['mean'], paired_ci=diff['ci'],
