@@ -8,7 +8,8 @@ import polars as pl
 import pytest
 
 from treetrm.bench.noise import (compare_noise, draws_frame, read_draws, noise_compare_markdown, noise_moves,
-                                 NOISE_BEGIN, NOISE_END, noise_design, noise_speed_markdown)
+                                 NOISE_BEGIN, NOISE_END, noise_design, noise_speed_markdown,
+                                 compared_frame)
 from treetrm.bench.real_run import real_run_markdown, REAL_RUN_BEGIN, REAL_RUN_END
 from treetrm.bench.regime_map import readme_block
 from treetrm.core import project_root
@@ -26,7 +27,7 @@ LABEL_A = 'SmolLM2-135M'
 def measured() -> dict: return json.loads(NOISE.read_text())
 
 
-def compared(m: dict) -> pl.DataFrame: return pl.DataFrame(m['compared_with']['rows'])
+def compared(m: dict) -> pl.DataFrame: return compared_frame(m['compared_with']['rows'])
 
 
 def test_the_measurement_holds_every_draw_of_its_design():
@@ -53,7 +54,7 @@ def test_the_comparison_is_made_again_from_the_two_draws_files():
 
 def test_the_readme_noise_block_is_made_from_the_json():
     m = measured()
-    cmp, label = compared(m).fill_null(float('nan')), m['model']
+    cmp, label = compared(m), m['model']
     probe = json.loads(PROBE.read_text())
     want = '\n\n'.join([noise_compare_markdown(cmp, LABEL_A, label), noise_moves(cmp, LABEL_A, label),
                          noise_speed_markdown({label: m, f"{probe['model']} (probe)": probe})])

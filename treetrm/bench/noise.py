@@ -24,12 +24,12 @@ from .. import figures
 
 # %% auto #0
 __all__ = ['NULL_SENTENCE', 'REAL_SENTENCE', 'EDITS', 'ONE_CALL_SYSTEM', 'AGENTS', 'DRAW_KEYS', 'INTERVAL_RATES', 'COMPARED',
-           'NOISE_BEGIN', 'NOISE_END', 'RATE_LABELS', 'PER_EDIT', 'WORLD_MEASURES', 'PLOTTED', 'EDIT_HATCH',
-           'edited_skills', 'keyframe_notes', 'one_call_messages', 'answer_format', 'one_call_answer', 'tool_answer',
-           'Draw', 'noise_design', 'draw_seed', 'read_draws', 'measure_noise', 'draws_frame', 'pair_rates',
-           'noise_table', 'top_letter', 'compare_noise', 'noise_compare_markdown', 'noise_moves', 'seconds_per_draw',
-           'noise_speed_markdown', 'plot_noise', 'noise_provider', 'noise_inputs', 'noise_summary', 'write_noise',
-           'wall_seconds']
+           'NOISE_BEGIN', 'NOISE_END', 'RATE_LABELS', 'PER_EDIT', 'WORLD_MEASURES', 'MOVE_QUESTIONS', 'PLOTTED',
+           'EDIT_HATCH', 'edited_skills', 'keyframe_notes', 'one_call_messages', 'answer_format', 'one_call_answer',
+           'tool_answer', 'Draw', 'noise_design', 'draw_seed', 'read_draws', 'measure_noise', 'draws_frame',
+           'pair_rates', 'noise_table', 'top_letter', 'compare_noise', 'noise_compare_markdown', 'compared_frame',
+           'noise_moves', 'seconds_per_draw', 'noise_speed_markdown', 'plot_noise', 'noise_provider', 'noise_inputs',
+           'noise_summary', 'write_noise', 'wall_seconds']
 
 # %% ../../nbs/bench/03_noise.ipynb #6a4982cb
 NULL_SENTENCE = 'These notes were written in English by several annotators.'
@@ -350,10 +350,18 @@ def noise_compare_markdown(cmp:pl.DataFrame, # `compare_noise` of models a and b
                      f"{_fmt(r['rate'], r['a'])} | {_fmt(r['rate'], r['b'])} | {_diff_cell(r)} |")
     return '\n'.join(lines)
 
+MOVE_QUESTIONS = 30  # fewer questions give no verdict: percentile intervals of a ratio (κ) on a handful undercover
+
+def compared_frame(rows:list[dict] # `compare_noise` rows as a JSON keeps them (NaN stored as null)
+                  ) -> pl.DataFrame:
+    "The comparison frame back from its JSON rows."
+    return pl.DataFrame(rows).with_columns(pl.col(pl.Float64).fill_null(float('nan')))
+
 def noise_moves(cmp:pl.DataFrame, # `compare_noise` of the model the worlds were set on (a) and another (b)
                 label_a:str, label_b:str
                ) -> str:
-    "Which world parameters model b's measurement moves (the difference's interval excludes 0), as markdown bullets."
+    ("Which world parameters model b's measurement moves (the difference's interval excludes 0, on at least "
+     "`MOVE_QUESTIONS` questions), as markdown bullets.")
     index = {(r['agent'], r['temperature'], r['edit'], r['rate']): r for r in cmp.iter_rows(named=True)}
     out = []
     for param, (key, setting) in WORLD_MEASURES.items():
@@ -361,7 +369,8 @@ def noise_moves(cmp:pl.DataFrame, # `compare_noise` of the model the worlds were
         if r is None: continue
         lo, hi = r['diff_lo'], r['diff_hi']
         known = lo is not None and np.isfinite(lo)
-        verdict = ('moved' if lo > 0 or hi < 0 else 'not shown to move') if known else 'not measured'
+        verdict = ('not measured' if not known else f"too few questions to say ({r['questions']})"
+                   if r['questions'] < MOVE_QUESTIONS else 'moved' if lo > 0 or hi < 0 else 'not shown to move')
         out.append(f"- `{param}` (`{setting}`; {key[0].replace('_', '-')} agent, T {key[1]:g}, "
                    f"{RATE_LABELS[key[3]]}): {label_a} {_fmt(key[3], r['a'])}, {label_b} {_fmt(key[3], r['b'])}, "
                    f"{_diff_cell(r)}: **{verdict}**")

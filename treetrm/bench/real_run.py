@@ -27,8 +27,8 @@ def _seconds(start:str|None, end:str|None) -> float|None:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 def stage_times(log:HarnessLog) -> list[dict]:
-    "Seconds from the first start to the last finish of each run kind (baseline, train and its parts, eval), in the"
-    " order they ended."
+    ("Seconds from the first start to the last finish of each run kind (baseline, train and its parts, eval), in the "
+     "order they ended.")
     runs = log.runs().filter(pl.col('finished_at').is_not_null())
     spans = (runs.group_by('kind').agg(pl.col('started_at').min(), pl.col('finished_at').max())
              .sort('finished_at'))
@@ -56,7 +56,7 @@ def answers_by_run(log:HarnessLog) -> pl.DataFrame:
         rows.append(dict(run_id=rid, kind=kinds.get(rid), questions=g.height,
                          correct=int(g['correct'].fill_null(False).sum()),
                          no_answer=float(g['prediction'].is_null().mean()), top_letter=top_letter(letters))
-                    | dict(sorted(g.group_by('stop_reason').len().iter_rows())))
+                    | {str(k): n for k, n in sorted(g.group_by('stop_reason').len().iter_rows(), key=str)})
     return pl.DataFrame(rows).fill_null(0)
 
 # %% ../../nbs/bench/07_real_run.ipynb #c48c1789
