@@ -53,8 +53,8 @@ PKG = ROOT/'treetrm'
 # The layers, lowest first: a top-level module or a subpackage
 # (whose modules follow their notebooks' order in nbs/<pkg>/).
 UNITS = ('core', 'data', 'trees', 'log_schema', 'log', 'executors', 'figures', 'intervals', 'report_io', 'llm',
-         'build', 'sim', 'agent', 'gate', 'proposers', 'split', 'integrations', 'report', 'train', 'bench', 'cli',
-         '__main__', '__init__')
+         'build', 'sim', 'agent', 'gate', 'proposers', 'split', 'integrations', 'report', 'usage', 'train', 'bench',
+         'cli', '__main__', '__init__')
 SIM_SIDE = ('sim', 'bench')  # the simulator itself and the benchmarks may import it
 
 def library_notebooks():

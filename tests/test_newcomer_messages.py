@@ -192,5 +192,6 @@ def test_a_cost_without_a_price_reads_no_price_set_beside_the_forecast(trained):
     assert table['forecast_cost'].to_list() == table['actual_cost'].to_list() == [NO_PRICE] * 3
     assert all(u['cost'] is None for u in res.metrics['actual'].values())  # metrics.json: null, as the forecast
     assert r.final_report(res)['cost']['cost'].to_list() == [NO_PRICE] * 4  # agent, judge, evolver, ALL
-    costs = re.findall(r'│ (?:agent|judge|evolver|ALL)\s+┆ \d+\s+┆ \d+\s+┆ \d+\s+┆ \d+\s+┆ ([^┆]+?)\s+┆', said)
+    # calls, prompt, cached and completion tokens, tokens, then the cost
+    costs = re.findall(r'│ (?:agent|judge|evolver|ALL)\s+┆ \d+\s+┆ \d+\s+┆ \d+\s+┆ \d+\s+┆ \d+\s+┆ ([^┆]+?)\s+┆', said)
     assert costs and set(costs) == {NO_PRICE}, costs  # every step's cost table as printed

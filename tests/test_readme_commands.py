@@ -317,7 +317,7 @@ def price_names() -> list[str]:
 @pytest.mark.slow
 def test_env_file_and_prices_reach_the_split_forecast(checkout):
     "The README's `.env` at the project root, prices by the table's variables: the split's dry run costs the roles."
-    (price_in, price_out) = price_names()
+    (price_in, price_out, _cached) = price_names()
     judge_prices = f'TREETRM_JUDGE{price_in}=0.27\nTREETRM_JUDGE{price_out}=1.10\n'  # .env too, as the issue asks
     (checkout/'.env').write_text(readme_block('TREETRM_AGENT_MODEL=Qwen/Qwen2.5-7B-Instruct') + judge_prices)
     env = clean_env(TREETRM_ROOT=str(checkout), **{f'TREETRM_AGENT{price_in}': '0.5', f'TREETRM_AGENT{price_out}': '2'})

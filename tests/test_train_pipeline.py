@@ -47,6 +47,7 @@ def test_split_train_eval(tmp_path):
     # the power statement: the discordance of a second draw, and per type the smallest edit the gate can confirm
     assert (ws/'pools'/'discordance.json').exists()
     assert 'asked twice' in text_of(split) and 'min_edit_points' in text_of(split)
+    assert 'tokens_per_answer' in text_of(split) and 'cached share' in text_of(split)  # what the split spent
 
     # a config file under the notebook's parameters: the file sets these, the parameters win
     cfg = tmp_path/'small.yaml'
@@ -77,7 +78,7 @@ def test_split_train_eval(tmp_path):
     out = text_of(train)
     assert 'image/png' in out and 'text/html' in out
     for shown in ('forecast', 'min_edit_points', 'final report', 'paired_comparison', 'decision_log',
-                  'confirmed acceptances by rule kind'):
+                  'confirmed acceptances by rule kind', 'tokens_per_answer', 'wall_s'):
         assert shown in out, shown
 
     # the same call again reports the finished run without retraining it
@@ -89,4 +90,5 @@ def test_split_train_eval(tmp_path):
              pool='test', concurrency=4)
     out = text_of(ev)
     assert 'p_mcnemar' in out and 'ci_low' in out and 'image/png' in out
+    assert 'tokens_per_answer' in out  # what the evaluation spent
     assert {p.suffix for p in (ws/'figures').glob(f'accuracy_test_{m["best_version"]}.*')} == {'.pdf', '.png', '.svg'}

@@ -470,3 +470,11 @@ async def hold(self:Slots, n:int=1):
     await self.acquire(n)
     try: yield self
     finally: self.release(n)
+
+@patch
+def resize(self:Slots, width:int): # the new width; slots held beyond it are kept until released
+    "Change the width: a wider pool lets waiters through now, a narrower one grants nothing until enough come back."
+    check_count(width, 'concurrency')
+    self.free += width - self.width
+    self.width = width
+    self._grant()

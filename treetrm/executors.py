@@ -12,7 +12,7 @@ from .core import ConfigError, where
 # %% auto #0
 __all__ = ['EXECUTORS', 'RAY_RETRIES', 'WORKER_ENV', 'RAY_START_TRIES', 'STARTUP_TIMEOUT', 'check_executor', 'ray_module',
            'in_own_loop', 'worker_environment', 'main_without_guard', 'check_main_guard', 'stop_workers', 'descendants',
-           'start_ray', 'ray_connection', 'run_jobs']
+           'end_failed_start', 'machine_load', 'ray_start_timed_out', 'start_ray', 'ray_connection', 'run_jobs']
 
 # %% ../nbs/03_executors.ipynb #8ef182c4
 EXECUTORS = ('processes', 'ray')
@@ -134,7 +134,7 @@ async def _in_processes(job, jobs:dict, describe, processes:int) -> AsyncIterato
             raise
 
 # %% ../nbs/03_executors.ipynb #7ad44047
-RAY_START_TRIES = 3  # a Ray started here that misses Ray's own 30-s wait for its raylet (a busy machine) starts anew
+RAY_START_TRIES = 3  # a Ray started here that misses one of Ray's fixed startup waits (a busy machine) starts anew
 STARTUP_TIMEOUT = 'timed out during startup'  # what Ray's error says then
 
 def descendants(pid:int|None=None) -> set[int]:
@@ -152,16 +152,35 @@ def descendants(pid:int|None=None) -> set[int]:
         todo += kids
     return found
 
+def end_failed_start(ray, before:set[int]) -> None:
+    "Kill what a failed `ray.init` left running (not the processes in `before`), then reset Ray in this process."
+    for pid in descendants() - before:  # its GCS, raylet, agents and monitors: Ray keeps no handle on them
+        with contextlib.suppress(ProcessLookupError): os.kill(pid, signal.SIGKILL)
+    ray.shutdown()
+
+def machine_load() -> str:
+    "This machine's one-minute load average and cores, for a message."
+    cores = f'{os.cpu_count()} cores'
+    return f'load average {os.getloadavg()[0]:.1f} on {cores}' if hasattr(os, 'getloadavg') else cores
+
+def ray_start_timed_out(processes:int) -> ConfigError:
+    "The error for a local Ray whose every start timed out: the machine's load, and what to do instead."
+    return ConfigError(where(
+        f'Ray could not start on this machine: {RAY_START_TRIES} starts in a row timed out ({machine_load()}); '
+        "Ray's startup waits are fixed (15 s for the raylet's agents, 30 s for the node) and no setting lengthens them",
+        f"Start Ray once yourself, `ray start --head --num-cpus={processes} --include-dashboard=false` (run it again "
+        "if it times out), and pass address='auto'; or use executor='processes'; or try again when the machine is "
+        'less busy', field='address'))
+
 def start_ray(ray, processes:int):
     "`ray.init` of a new local Ray (even beside a running one); a start that timed out is cleaned away and tried again."
     before, here = descendants(), dict(address='local', num_cpus=processes, include_dashboard=False)
     for attempt in range(1, RAY_START_TRIES + 1):
         try: return ray.init(**here, logging_level=logging.WARNING)
         except Exception as e:
-            if STARTUP_TIMEOUT not in str(e) or attempt == RAY_START_TRIES: raise
-            for pid in descendants() - before:  # the failed start's GCS, raylet and agents: Ray keeps no handle
-                with contextlib.suppress(ProcessLookupError): os.kill(pid, signal.SIGKILL)
-            ray.shutdown()
+            end_failed_start(ray, before)  # whatever went wrong, no half-started Ray stays behind
+            if STARTUP_TIMEOUT not in str(e): raise
+            if attempt == RAY_START_TRIES: raise ray_start_timed_out(processes) from e
 
 # %% ../nbs/03_executors.ipynb #ae585a7b
 @contextlib.contextmanager

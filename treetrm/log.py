@@ -394,10 +394,11 @@ def done_question_ids(self:HarnessLog, run_id:str,
 def drop_predictions(self:HarnessLog, run_id:str, # the run
                      question_ids # the questions whose records go
                     ) -> int:
-    "Delete the predictions and traces of `question_ids` in `run_id` in one transaction; returns predictions removed."
+    "Delete the prediction, traces and telemetry of `question_ids` in `run_id` at once; returns predictions removed."
     keys = [(check_run_id(run_id), q) for q in sorted(set(question_ids))]
     with self._write() as conn:
-        conn.executemany('DELETE FROM traces WHERE run_id = ? AND question_id = ?', keys)
+        for table in ('traces', 'agent_telemetry'):
+            conn.executemany(f'DELETE FROM {table} WHERE run_id = ? AND question_id = ?', keys)
         before = conn.total_changes
         conn.executemany('DELETE FROM predictions WHERE run_id = ? AND question_id = ?', keys)
         return conn.total_changes - before

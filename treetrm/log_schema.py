@@ -48,7 +48,8 @@ TABLES = {
         _table('traces', ('run_id', 'question_id',
                           'step'), question_id='TEXT', step='INTEGER', role='TEXT', content='JSON'),
         _table('llm_calls', ('call_id', ), call_id='TEXT', role='TEXT', model='TEXT', prompt_tokens='INTEGER',
-               completion_tokens='INTEGER', latency_s='REAL', status='TEXT', attempt='INTEGER', cache_hit='BOOL',
+               cached_tokens='INTEGER', completion_tokens='INTEGER', latency_s='REAL', status='TEXT', attempt='INTEGER',
+               cache_hit='BOOL',
                cost='REAL', error='TEXT', extra='JSON'),
         _table('diagnosis_signals', ('question_id', 'run_id',
                                      'diag_fingerprint'), question_id='TEXT', diag_fingerprint='TEXT', tier='TEXT',
@@ -67,6 +68,10 @@ TABLES = {
         _table('holdout_eval', ('run_id', 'skills_version',
                                 'question_id'), question_id='TEXT', skills_version='TEXT', video_id='TEXT',
                task_type='TEXT', unit_id='TEXT', prediction='TEXT', answer='TEXT', correct='BOOL', stop_reason='TEXT'),
+        _table('agent_telemetry', ('run_id', 'question_id'), question_id='TEXT', reached_l3='BOOL',
+               l1_opened='INTEGER', l2_opened='INTEGER', l3_opened='INTEGER', anchor='TEXT', cited='INTEGER',
+               cited_unknown='INTEGER', cited_unopened='INTEGER', observe_calls='INTEGER', observe_refused='INTEGER',
+               frames_asked='INTEGER', frames_vision='INTEGER', frames_text='INTEGER', frames_failed='INTEGER'),
     ]
 }
 

@@ -19,6 +19,7 @@ from .intervals import clustered_mean, clustered_proportion, interval_label
 from .gate.evalues import TRAIN_ALPHA, e_value_minus, e_value_plus, flip_counts, mcnemar_exact_one_sided
 from .gate.decision import gate_reason, shrunk_delta
 from .log import HarnessLog, TrainRunId, gate_step
+from .agent.telemetry import step_telemetry
 from .report_io import INLINE_DPI, REPORT_TABLE, save_report, show_report, shown_in_full
 
 # %% auto #0
@@ -181,6 +182,7 @@ def _cost_aggs() -> list:
     return [
         pl.len().alias('calls'),
         pl.col('prompt_tokens').fill_null(0).sum(),
+        pl.col('cached_tokens').fill_null(0).sum(),  # as servers report them (`usage.CACHED_NOTE`)
         pl.col('completion_tokens').fill_null(0).sum(),
         tokens.sum().alias('tokens'),
         pl.col('cost').fill_null(0.0).sum(),
@@ -414,13 +416,14 @@ def step_report(log:HarnessLog, # the harness log
                 title:str|None=None, # the e-value figure's title; None: 'Gate <gate_id>: evidence per task type'
                 alpha_final:float|None=None # the gate's final-look alpha (GateParams.alpha_final)
                ) -> dict:
-    "Gate table, how to read it, e-value trajectory figure and cost so far for one training step."
+    "Gate table, how to read it, e-value trajectories, how the agent searched in the rollout, cost so far: one step."
     traj = e_value_trajectories(log, run_id, gate_id)
     return {
         'gate_table': gate_table(log, run_id, gate_id, tau),
         'notes': delta_shrunk_note(tau),
         'e_values': plot_e_values(traj, alpha, title or f'Gate {gate_id}: evidence per task type', thresholds,
                                   alpha_final),
+        **step_telemetry(log, run_id, gate_id),
         'cost': cost_table(log, cost_runs)
     }
 

@@ -15,6 +15,7 @@ from ..trees import VideoTree, load_trees
 from ..llm.protocol import LLMProvider
 from .skills import load_skill_dir
 from .navigate import AgentResult, AgentPrompts, INFRA_STOP_REASONS, run_agent, load_agent_prompts
+from .telemetry import telemetry_row
 from ..log import HarnessLog, check_run_id
 
 # %% auto #0
@@ -53,9 +54,12 @@ def trace_rows(run_id:str, question:Question, result:AgentResult) -> list[dict]:
     return turns + [dict(run_id=run_id, question_id=question.question_id, step=-1, role='result', content=closing)]
 
 # %% ../../nbs/agent/04_inference.ipynb #2116a889
-async def save_result(log:HarnessLog, run_id:str, question:Question, result:AgentResult) -> int:
-    "Persist one question's prediction and traces together, off the event loop."
-    rows = {'predictions': [prediction_row(run_id, question, result)], 'traces': trace_rows(run_id, question, result)}
+async def save_result(log:HarnessLog, run_id:str, question:Question, result:AgentResult,
+                      tree:VideoTree # the question's video tree (for its telemetry row)
+                     ) -> int:
+    "Persist one question's prediction, traces and telemetry together, off the event loop."
+    rows = {'predictions': [prediction_row(run_id, question, result)], 'traces': trace_rows(run_id, question, result),
+            'agent_telemetry': [telemetry_row(run_id, question, result, tree)]}
     return await log.ainsert_many(rows)
 
 # %% ../../nbs/agent/04_inference.ipynb #2a1b2cc4
@@ -198,7 +202,7 @@ def errored_question_ids(log:HarnessLog, run_id:str, questions:list[Question]) -
 async def _answer_and_save(q:Question, tree:VideoTree, s:InferenceSettings, log:HarnessLog, slots:Slots, bar):
     async with slots.hold():
         result = await answer_question(q, tree, s)
-        await save_result(log, s.run_id, q, result)
+        await save_result(log, s.run_id, q, result, tree)
     bar.update(1)
 
 async def _run_all(todo:list[Question], trees:dict, s:InferenceSettings, log:HarnessLog, concurrency:int, bar):

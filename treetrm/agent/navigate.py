@@ -13,7 +13,7 @@ from ..core import ConfigError, InfraError, BudgetError, where, asset_dir, file_
 from ..data import Question, option_letters, option_text
 from ..trees import VideoTree
 from ..llm.protocol import LLMProvider, LLMResponse, json_schema_format
-from ..llm.costs import CHARS_PER_TOKEN, estimate_tokens
+from ..llm.costs import CHARS_PER_TOKEN, estimate_tokens, token_counter
 from ..llm.client import ContextLengthError
 from .skills import Skill, route_skills
 from .tools import (TOOL_NAMES, MAX_SEARCH_K, MAX_OBSERVE_IDS, ToolError, AgentTools, normalise_answer,
@@ -21,10 +21,10 @@ from .tools import (TOOL_NAMES, MAX_SEARCH_K, MAX_OBSERVE_IDS, ToolError, AgentT
 
 # %% auto #0
 __all__ = ['STOP_REASONS', 'INFRA_STOP_REASONS', 'PROMPT_FILES', 'MAX_ENUM_IDS', 'ITERATION_FACTOR', 'MAX_PARSE_FAILURES',
-           'MAX_OUTPUT_CHARS', 'DEFAULT_REPLY_TOKENS', 'AgentPrompts', 'default_prompts_dir', 'load_agent_prompts',
-           'tools_section', 'skills_sections', 'system_message', 'user_message', 'build_messages', 'AgentReply',
-           'parse_reply', 'salvage_answer', 'tool_args_schemas', 'agent_reply_format', 'Step', 'AgentResult',
-           'context_budget', 'truncate_output', 'fit_context', 'feedback', 'astuple_reply', 'run_agent']
+           'MAX_OUTPUT_CHARS', 'DEFAULT_REPLY_TOKENS', 'LOW_WATER', 'AgentPrompts', 'default_prompts_dir',
+           'load_agent_prompts', 'tools_section', 'skills_sections', 'system_message', 'user_message', 'build_messages',
+           'AgentReply', 'parse_reply', 'salvage_answer', 'tool_args_schemas', 'agent_reply_format', 'Step',
+           'AgentResult', 'context_budget', 'truncate_output', 'fit_context', 'feedback', 'astuple_reply', 'run_agent']
 
 # %% ../../nbs/agent/03_navigate.ipynb #458c6871
 STOP_REASONS = ('finished', 'budget_exceeded', 'unformatted', 'parse_error', 'error')
@@ -254,6 +254,7 @@ ITERATION_FACTOR = 3 # model turns allowed per budget step (tool errors and retr
 MAX_PARSE_FAILURES = 3 # consecutive unparseable replies that end the loop
 MAX_OUTPUT_CHARS = 20_000 # cap on one tool output when the provider states no context budget
 DEFAULT_REPLY_TOKENS = 512 # reply room kept free when the provider sets no max_tokens
+LOW_WATER = 0.65 # an over-budget conversation is elided down to this share of the budget, then only grows again
 
 class _Stop(Exception):
     "Ends the loop with a stop reason."
@@ -310,17 +311,19 @@ def _action_only(m:dict) -> dict:
 
 def fit_context(messages:list[dict], # the conversation (changed in place)
                 budget:int|None, # prompt tokens allowed; None = leave it alone
-                keep_last:int=1 # tool outputs at the end that are never elided
+                keep_last:int=1, # tool outputs at the end that are never elided
+                count=estimate_tokens, # messages -> prompt tokens (the model's `TokenCounter.count`)
+                low_water:float=LOW_WATER # over budget, elide down to this share of it (1.0: just under the budget)
                ) -> int:
-    "Elide the oldest tool outputs until the conversation's estimate fits `budget`; returns how many were elided."
-    if budget is None: return 0
+    "Over `budget`, elide the oldest tool outputs down to `low_water` of it; returns how many were elided."
+    if budget is None or count(messages) <= budget: return 0
     tool_msgs = [
         i for i, m in enumerate(messages) if m.get('role') == 'user'
         and str(m.get('content', '')).startswith('[tool result:') and _ELIDED not in m['content']
     ]
     n = 0
     for i in tool_msgs[:max(0, len(tool_msgs) - keep_last)]:
-        if estimate_tokens(messages) <= budget: break
+        if count(messages) <= budget * low_water: break
         messages[i] = _elide(messages[i])
         n += 1
         if messages[i - 1].get('role') == 'assistant':
@@ -333,7 +336,8 @@ def feedback(tool:str, output:str) -> str:
 
 async def _ask(run:_Run, provider:LLMProvider, **kw) -> LLMResponse:
     "One model call in the context budget; a failure ends the loop with 'error' (a spent call budget ends the run)."
-    fit_context(run.messages, run.prompt_tokens)
+    counter = token_counter(provider)
+    fit_context(run.messages, run.prompt_tokens, count=counter.count, low_water=LOW_WATER)
     for retry in (False, True):
         try:
             reply = await provider.chat(run.messages, response_format=run.response_format, **kw)
@@ -344,6 +348,7 @@ async def _ask(run:_Run, provider:LLMProvider, **kw) -> LLMResponse:
             if retry or not fit_context(run.messages, 0): raise _Stop('error', f'{type(e).__name__}: {e}') from e
         except Exception as e:
             raise _Stop('error', f'{type(e).__name__}: {e}') from e
+    counter.observe(run.messages, reply.usage)
     run.n_calls += 1
     add_usage(run.usage, reply.usage)
     run.messages.append({'role': 'assistant', 'content': reply.content or ''})

@@ -17,11 +17,12 @@ from ..llm.protocol import LLMProvider
 from .skills import Skill, read_skill as find_skill
 
 # %% auto #0
-__all__ = ['TOOL_NAMES', 'SUBTITLE_PAGE_CHARS', 'MAX_SEARCH_K', 'MAX_OBSERVE_IDS', 'VISUAL_FIELDS', 'TEXT_FALLBACK',
-           'TOOL_FUNCTIONS', 'normalise_answer', 'ToolError', 'seconds_text', 'span_text', 'value_text', 'node_header',
-           'child_line', 'subtitle_page', 'view_node', 'SearchIndex', 'build_search_index', 'search_index',
-           'search_hits', 'search', 'frame_nodes', 'frame_block', 'observe_text', 'parse_vision_reply', 'vision_output',
-           'observe_frame', 'add_usage', 'as_text', 'AgentTools']
+__all__ = ['TOOL_NAMES', 'SUBTITLE_PAGE_CHARS', 'CHILDREN_PAGE_SIZE', 'MAX_SEARCH_K', 'MAX_OBSERVE_IDS', 'VISUAL_FIELDS',
+           'TEXT_FALLBACK', 'TOOL_FUNCTIONS', 'normalise_answer', 'ToolError', 'seconds_text', 'span_text',
+           'value_text', 'node_header', 'child_line', 'page_count', 'next_page_call', 'subtitle_page', 'children_page',
+           'node_pages', 'view_node', 'SearchIndex', 'build_search_index', 'search_index', 'search_hits', 'search',
+           'frame_nodes', 'frame_block', 'observe_text', 'parse_vision_reply', 'vision_output', 'observe_frame',
+           'add_usage', 'as_text', 'AgentTools']
 
 # %% ../../nbs/agent/02_tools.ipynb #c0ff84ef
 _ANSWER = re.compile(r'\s*(?:answer\s*(?:is)?\s*[:：]?\s*)?\(?([A-Za-z])\)?\s*(?:[.):：]\s*.*)?', re.I | re.S)
@@ -76,28 +77,56 @@ def _node(tree:VideoTree, node_id) -> Node:
     return tree.nodes[node_id]
 
 SUBTITLE_PAGE_CHARS = 1500
+CHILDREN_PAGE_SIZE = 15
+
+def page_count(size:int, per_page:int) -> int:
+    "Pages of `per_page` that hold `size` items (or characters); at least one."
+    return max(1, -(-size // per_page))
+
+def next_page_call(node_id:str, page:int) -> str:
+    "The pointer after page `page` of a paged part: the exact `view_node` call that shows the next page."
+    return f'view_node with {{"node_id": "{node_id}", "page": {page + 1}}} shows the next'
 
 def subtitle_page(node:Node, page:int=1) -> str:
     "The `subtitle:` line of a node showing page `page` of its subtitle, with a pointer to the next page."
     text = value_text(node.subtitle)
-    pages = max(1, -(-len(text) // SUBTITLE_PAGE_CHARS))
-    if not isinstance(page, int) or isinstance(page, bool) or not 1 <= page <= pages:
-        raise ToolError(f'page must be a whole number from 1 to {pages} for {node.node_id}, got {page!r}')
+    pages = page_count(len(text), SUBTITLE_PAGE_CHARS)
     if pages == 1: return f'subtitle: {text}'
+    if page > pages: return f'subtitle (all of it is on pages 1 to {pages}):'
     part = text[(page - 1) * SUBTITLE_PAGE_CHARS: page * SUBTITLE_PAGE_CHARS]
-    more = (f'; view_node with {{"node_id": "{node.node_id}", "page": {page + 1}}} shows the next'
-            if page < pages else '')
+    more = f'; {next_page_call(node.node_id, page)}' if page < pages else ''
     return f'subtitle (page {page} of {pages}{more}): {part}'
+
+def children_page(tree:VideoTree, node:Node, page:int=1, per_page:int=CHILDREN_PAGE_SIZE) -> list[str]:
+    "The `children:` lines of a node showing page `page` of its children, with a pointer to the next page."
+    kids = tree.children(node.node_id)
+    pages = page_count(len(kids), per_page)
+    if pages == 1: return ['children:', *map(child_line, kids)]
+    if page > pages: return [f'children (all {len(kids)} are on pages 1 to {pages}):']
+    part = kids[(page - 1) * per_page: page * per_page]
+    more = f'; {next_page_call(node.node_id, page)}' if page < pages else ''
+    first = (page - 1) * per_page + 1
+    head = f'children (page {page} of {pages}: {first}-{first + len(part) - 1} of {len(kids)}{more}):'
+    return [head, *map(child_line, part)]
+
+def node_pages(node:Node, per_page:int=CHILDREN_PAGE_SIZE) -> int:
+    "How many pages `view_node` shows `node` in: those of its longer paged part."
+    return max(page_count(len(value_text(node.subtitle)), SUBTITLE_PAGE_CHARS),
+               page_count(len(node.children_ids), per_page))
 
 def view_node(tree:VideoTree, # the video's tree
               node_id:str, # the node to open
-              page:int=1 # which page of a long subtitle
+              page:int=1, # which page of a long subtitle or children list
+              per_page:int=CHILDREN_PAGE_SIZE # children listed a page
              ) -> str:
-    "The text of one node: header, summary, card fields, subtitle (paged) and children overview."
+    "The text of one node: header, summary, card fields, subtitle and children overview (both paged)."
     node = _node(tree, node_id)
+    pages = node_pages(node, per_page)
+    if not isinstance(page, int) or isinstance(page, bool) or not 1 <= page <= pages:
+        raise ToolError(f'page must be a whole number from 1 to {pages} for {node.node_id}, got {page!r}')
     return '\n'.join([node_header(node), f'summary: {value_text(node_summary(node))}',
                       *(f'{k}: {value_text(v)}' for k,v in node.card.items()),
-                      subtitle_page(node, page), 'children:', *map(child_line, tree.children(node.node_id))])
+                      subtitle_page(node, page), *children_page(tree, node, page, per_page)])
 
 # %% ../../nbs/agent/02_tools.ipynb #b11a0b7c
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from .resilience import (CircuitBreaker, ResponseCache, backoff_delay, cache_key
                                     parse_retry_after)
 
 # %% auto #0
-__all__ = ['FORMAT_REFUSED', 'image_data_url', 'image_digest', 'attach_images', 'MalformedReply', 'is_context_overflow',
-           'ContextLengthError', 'classify_error', 'parse_completion', 'structured_dialect', 'RoleBounds',
-           'OpenAIProvider']
+__all__ = ['FORMAT_REFUSED', 'OVERLOAD_STATUS', 'image_data_url', 'image_digest', 'attach_images', 'MalformedReply',
+           'is_context_overflow', 'ContextLengthError', 'is_overload', 'classify_error', 'cached_prompt_tokens',
+           'parse_completion', 'structured_dialect', 'RoleBounds', 'OpenAIProvider']
 
 # %% ../../nbs/llm/01_client.ipynb #e7438d3d
 _MAGIC = ((b'\x89PNG', 'image/png'), (b'\xff\xd8', 'image/jpeg'), (b'GIF8', 'image/gif'), (b'RIFF', 'image/webp'))
@@ -79,6 +79,13 @@ def is_context_overflow(message:str) -> bool:
 class ContextLengthError(InfraError):
     "The request does not fit the model's context window (the endpoint said so)."
 
+OVERLOAD_STATUS = (429, 503)  # what a server answers when it has more requests than it takes
+
+def is_overload(e:BaseException) -> bool:
+    "Did the endpoint say it is overloaded (429, 503) or let the attempt time out? (its slots narrow: `EndpointSlots`)"
+    if isinstance(e, openai.APIStatusError): return e.status_code in OVERLOAD_STATUS
+    return isinstance(e, (openai.APITimeoutError, TimeoutError))
+
 def classify_error(e:BaseException) -> tuple[bool, float|None, str]:
     "(retryable, Retry-After seconds, short description) for a failed attempt."
     if isinstance(e, openai.APIStatusError):
@@ -97,6 +104,15 @@ def classify_error(e:BaseException) -> tuple[bool, float|None, str]:
     return False, None, f'{type(e).__name__}: {str(e)[:160]}'
 
 # %% ../../nbs/llm/01_client.ipynb #b442d171
+def cached_prompt_tokens(resp # what the SDK returned
+                        ) -> int|None:
+    "Prompt tokens the server's prefix cache served, as its reply says; None when it says nothing."
+    # OpenAI, vLLM, SGLang, DeepSeek, DashScope: usage.prompt_tokens_details.cached_tokens; llama.cpp: timings.cache_n
+    details = getattr(resp.usage, 'prompt_tokens_details', None)
+    n = getattr(details, 'cached_tokens', None)
+    if n is None: n = ((resp.model_extra or {}).get('timings') or {}).get('cache_n')
+    return n if isinstance(n, int) and n >= 0 else None
+
 def parse_completion(resp, # what the SDK returned
                      fallback_model:str) -> LLMResponse:
     "Turn an SDK chat completion into an `LLMResponse`, raising `MalformedReply` when it is unusable."
@@ -110,6 +126,7 @@ def parse_completion(resp, # what the SDK returned
     reasoning = extra.get('reasoning_content') or extra.get('reasoning')
     u = resp.usage
     usage = {} if u is None else {'prompt_tokens': u.prompt_tokens or 0, 'completion_tokens': u.completion_tokens or 0}
+    if u is not None and (cached := cached_prompt_tokens(resp)) is not None: usage['cached_tokens'] = cached
     return LLMResponse(msg.content, reasoning=reasoning if isinstance(reasoning, str) else None, usage=usage,
                        model=resp.model or fallback_model)
 
@@ -196,10 +213,16 @@ async def _attempt(self:OpenAIProvider, request:dict,
                    on_send:Callable|None=None # awaited inside the slot, just before the request goes out
                   ) -> LLMResponse:
     "Send one request within the endpoint's slots and the hard timeout."
-    async with endpoint_slots(self.config.base_url, self.config.concurrency).hold():
+    slots = endpoint_slots(self.config.base_url, self.config.concurrency, self.config.adaptive)
+    async with slots.hold():
         if on_send is not None: await on_send()
-        async with asyncio.timeout(self.config.timeout_s):
-            resp = await self._client().chat.completions.create(**request, timeout=self.config.timeout_s)
+        try:
+            async with asyncio.timeout(self.config.timeout_s):
+                resp = await self._client().chat.completions.create(**request, timeout=self.config.timeout_s)
+        except Exception as e:
+            if is_overload(e): slots.overloaded()
+            raise
+        slots.replied()
     return parse_completion(resp, self.model)
 
 # %% ../../nbs/llm/01_client.ipynb #3d2fb69c

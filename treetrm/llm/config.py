@@ -14,8 +14,8 @@ from dotenv import dotenv_values
 from ..core import ConfigError, where, project_root
 
 # %% auto #0
-__all__ = ['PROVIDER_KINDS', 'ROLES', 'STRUCTURED_MODES', 'MIN_CONTEXT_TOKENS', 'PRICE_KEYS', 'Secret', 'redact',
-           'detect_provider_kind', 'thinking_extra_body', 'RoleConfig', 'role_env_name', 'read_settings',
+__all__ = ['PROVIDER_KINDS', 'ROLES', 'STRUCTURED_MODES', 'MIN_CONTEXT_TOKENS', 'PRICE_KEYS', 'CACHED_PRICE_KEY', 'Secret',
+           'redact', 'detect_provider_kind', 'thinking_extra_body', 'RoleConfig', 'role_env_name', 'read_settings',
            'endpoint_urls', 'endpoint_host', 'role_prices', 'load_role_config']
 
 # %% ../../nbs/llm/00_config.ipynb #00a11ff6
@@ -84,10 +84,11 @@ class RoleConfig:
     role: str = 'agent' # which role this config serves (telemetry and error messages)
     timeout_s: float = 120.0 # hard limit on one HTTP attempt
     max_retries: int = 4 # retries after the first attempt
-    concurrency: int = 8 # in-flight requests allowed per endpoint (shared by providers with this base_url)
+    concurrency: int = 64 # the most requests in flight per endpoint (shared by providers with this base_url)
+    adaptive: bool = True # the endpoint's width adapts under `concurrency` (`resilience.EndpointSlots`); False: fixed
     thinking: bool|None = None # provider thinking switch; None = endpoint default
     provider_kind: str|None = None # thinking dialect; None = detected from base_url/model
-    prices: tuple[float,float]|None = None # USD per million (input, output) tokens; None = the `PRICES` table
+    prices: tuple|None = None # USD per million (input, output[, cached input]) tokens; None = the `PRICES` table
     backoff_base_s: float = 1.0 # first retry waits about this long
     backoff_max_s: float = 30.0 # cap of the exponential backoff
     breaker_threshold: int = 5 # consecutive failed calls that open the breaker
@@ -95,6 +96,7 @@ class RoleConfig:
     structured: str = 'auto' # send the reply's JSON schema: 'auto' (probe once per endpoint), 'on' or 'off'
     context_tokens: int|None = None # the model's context window as this role may use it; None = no budget
     max_tokens: int|None = None # reply length cap sent when a call sets none
+    tokenizer: str|None = None # the model's Hugging Face tokenizer.json, to count prompt tokens; None = a learned ratio
 
     def __post_init__(self):
         if self.api_key is not None and not isinstance(self.api_key, Secret):
@@ -168,11 +170,14 @@ _OPTIONAL = {
     'TIMEOUT': ('timeout_s', float, lambda v: v > 0, 'a positive number of seconds'),
     'CONCURRENCY': ('concurrency', int, lambda v: v >= 1, 'an integer >= 1'),
     'MAX_RETRIES': ('max_retries', int, lambda v: v >= 0, 'an integer >= 0'),
+    'ADAPTIVE': ('adaptive', _parse_bool, lambda v: True, 'true or false'),
     'THINKING': ('thinking', _parse_bool, lambda v: True, 'true or false'),
     'STRUCTURED': ('structured', str.lower, lambda v: v in STRUCTURED_MODES, 'auto, on or off'),
     'CONTEXT_TOKENS': ('context_tokens', int, lambda v: v >= MIN_CONTEXT_TOKENS, f'an integer >= {MIN_CONTEXT_TOKENS}'),
     'MAX_TOKENS': ('max_tokens', int, lambda v: v >= 1, 'an integer >= 1'),
-    'PROVIDER_KIND': ('provider_kind', str.lower, lambda v: v in PROVIDER_KINDS, f'one of {", ".join(PROVIDER_KINDS)}')
+    'PROVIDER_KIND': ('provider_kind', str.lower, lambda v: v in PROVIDER_KINDS, f'one of {", ".join(PROVIDER_KINDS)}'),
+    'TOKENIZER': ('tokenizer', lambda v: str(Path(v).expanduser()), lambda v: Path(v).is_file(),
+                  "the path of the model's tokenizer.json (a file that exists)")
 }
 
 # %% ../../nbs/llm/00_config.ipynb #98c46491
@@ -198,6 +203,7 @@ def endpoint_host(base_url:str # an endpoint, or several separated by commas
 
 # %% ../../nbs/llm/00_config.ipynb #f18e717b
 PRICE_KEYS = ('PRICE_IN', 'PRICE_OUT')
+CACHED_PRICE_KEY = 'PRICE_CACHED'  # optional, with both others: USD per million prompt tokens a prefix cache served
 
 def _price(name:str, raw:str) -> float:
     return _parse_setting(name, raw, float, lambda v: math.isfinite(v) and v >= 0,
@@ -205,14 +211,20 @@ def _price(name:str, raw:str) -> float:
 
 def role_prices(role:str, # one of ROLES
                 get # variable key (e.g. 'PRICE_IN') -> its value for `role`, None when unset
-               ) -> tuple[float, float]|None:
-    "(input, output) USD per million tokens from TREETRM_<ROLE>_PRICE_IN and _PRICE_OUT; None when neither is set."
+               ) -> tuple|None:
+    "(input, output[, cached input]) USD per million tokens from TREETRM_<ROLE>_PRICE_IN, _OUT (and _CACHED); or None."
     names, raw = [role_env_name(role, k) for k in PRICE_KEYS], [get(k) for k in PRICE_KEYS]
+    cached = get(CACHED_PRICE_KEY)
+    if cached and not all(raw):
+        raise ConfigError(where(f'{role_env_name(role, CACHED_PRICE_KEY)} is set without the input and output prices',
+                                'Set _PRICE_IN and _PRICE_OUT too, or unset _PRICE_CACHED',
+                                var=role_env_name(role, CACHED_PRICE_KEY)))
     if not any(raw): return None
     if missing := [n for n, v in zip(names, raw) if not v]:
         raise ConfigError(where(f'{missing[0]} is not set, but the other price of role {role} is',
                                 'Set both prices (USD per million input and output tokens) or neither', var=missing[0]))
-    return tuple(_price(n, v) for n, v in zip(names, raw))
+    extra = () if not cached else (_price(role_env_name(role, CACHED_PRICE_KEY), cached), )
+    return (*(_price(n, v) for n, v in zip(names, raw)), *extra)
 
 def load_role_config(role:str, # one of ROLES
                      env:dict|None=None, # variables that win over .env (default: os.environ)

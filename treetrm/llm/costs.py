@@ -4,42 +4,50 @@
 
 # %% ../../nbs/llm/00b_costs.ipynb #c0000003
 from __future__ import annotations
+from pathlib import Path
+from ..core import ConfigError, where
+from .config import role_env_name
 
 # %% auto #0
-__all__ = ['PRICES', 'NO_PRICE', 'TELEMETRY_KEYS', 'TELEMETRY_EXTRAS', 'CHARS_PER_TOKEN', 'set_price', 'call_cost', 'price_of',
-           'usage_cost', 'telemetry_row', 'estimate_tokens', 'estimated_prompt']
+__all__ = ['PRICES', 'NO_PRICE', 'TELEMETRY_KEYS', 'TELEMETRY_EXTRAS', 'CHARS_PER_TOKEN', 'MESSAGE_TOKENS', 'TEMPLATE_TOKENS',
+           'LEARNED_RATIO_RANGE', 'set_price', 'call_cost', 'price_of', 'usage_cost', 'telemetry_row',
+           'estimate_tokens', 'TokenCounter', 'load_tokenizer', 'token_counter', 'estimated_prompt']
 
 # %% ../../nbs/llm/00b_costs.ipynb #183e1415
-PRICES: dict[str, tuple[float, float]] = {}
+PRICES: dict[str, tuple] = {}  # model -> (input, output) or (input, output, cached input) USD per million tokens
 
 def set_price(model:str, # model name as sent to the endpoint
               input_usd_per_m:float, # USD per million prompt tokens
-              output_usd_per_m:float): # USD per million completion tokens
+              output_usd_per_m:float, # USD per million completion tokens
+              cached_usd_per_m:float|None=None): # USD per million prompt tokens a prefix cache served; None: input's
     "Set the price of `model` in the `PRICES` table."
-    PRICES[model] = (float(input_usd_per_m), float(output_usd_per_m))
+    cached = () if cached_usd_per_m is None else (float(cached_usd_per_m), )
+    PRICES[model] = (float(input_usd_per_m), float(output_usd_per_m), *cached)
 
-def call_cost(model:str, usage:dict, # {'prompt_tokens':.., 'completion_tokens':..}
-              prices:tuple[float,float]|None=None) -> float: # overrides the table
-    "USD cost of one call from its token usage; 0 when the model has no price."
-    p_in, p_out = prices or PRICES.get(model, (0.0, 0.0))
-    return (usage.get('prompt_tokens', 0)*p_in + usage.get('completion_tokens', 0)*p_out) / 1e6
+def call_cost(model:str, usage:dict, # {'prompt_tokens':.., 'completion_tokens':.., 'cached_tokens':.. (optional)}
+              prices:tuple|None=None) -> float: # overrides the table: (input, output[, cached input])
+    "USD cost of one call from its token usage (cached prompt tokens at the cached price); 0 without a price."
+    p_in, p_out, *cached = prices or PRICES.get(model, (0.0, 0.0))
+    hit = min(usage.get('cached_tokens') or 0, usage.get('prompt_tokens', 0))
+    fresh = usage.get('prompt_tokens', 0) - hit
+    return (fresh*p_in + hit*(cached[0] if cached else p_in) + usage.get('completion_tokens', 0)*p_out) / 1e6
 
 # %% ../../nbs/llm/00b_costs.ipynb #c25d9fff
 NO_PRICE = 'no price set'
 
-def price_of(provider) -> tuple[float,float]|None:
-    "The (input, output) USD per million tokens `provider`'s calls are costed at; None when no price is set."
+def price_of(provider) -> tuple|None:
+    "The (input, output[, cached]) USD per million tokens `provider`'s calls are costed at; None when no price is set."
     configured = getattr(getattr(provider, 'config', None), 'prices', None)
     return configured or PRICES.get(getattr(provider, 'model', ''))
 
-def usage_cost(usage:dict, # {'prompt_tokens':.., 'completion_tokens':..}
-               prices:tuple[float,float]|None) -> float|None: # (input, output) USD per million tokens
+def usage_cost(usage:dict, # {'prompt_tokens':.., 'completion_tokens':.., 'cached_tokens':.. (optional)}
+               prices:tuple|None) -> float|None: # (input, output[, cached input]) USD per million tokens
     "USD cost of some token usage at `prices`; None when there is no price (a forecast says so, never 0)."
     return None if prices is None else round(call_cost('', usage, prices), 6)
 
 # %% ../../nbs/llm/00b_costs.ipynb #249502c9
-TELEMETRY_KEYS = ('run_id', 'call_id', 'role', 'model', 'prompt_tokens', 'completion_tokens', 'latency_s', 'status',
-                  'attempt', 'cache_hit', 'cost', 'error')
+TELEMETRY_KEYS = ('run_id', 'call_id', 'role', 'model', 'prompt_tokens', 'cached_tokens', 'completion_tokens',
+                  'latency_s', 'status', 'attempt', 'cache_hit', 'cost', 'error')  # cached_tokens: None = not reported
 
 TELEMETRY_EXTRAS = ('reply_format', 'estimated') # kept only when set: the reply-format dialect a call was answered
                                                  # in; which fields are estimates (a call with no reply recorded)
@@ -52,10 +60,66 @@ def telemetry_row(**kw) -> dict:
     return row | {k: kw[k] for k in TELEMETRY_EXTRAS if kw.get(k) is not None}
 
 CHARS_PER_TOKEN = 2.5  # cautious characters per token: JSON and node ids tokenize densely (SmolLM2: below 3)
+MESSAGE_TOKENS = 4  # chat-template tokens counted for each message
+TEMPLATE_TOKENS = 5  # with a tokenizer: the tokens ChatML or Llama 3 wrap a message in (the reply's opening counts one)
+LEARNED_RATIO_RANGE = (1.0, 6.0)  # characters per token a reply may teach: below is read as the floor, above as wrong
 
-def estimate_tokens(messages:list[dict]) -> int:
-    "A cautious token count of a conversation (characters / CHARS_PER_TOKEN, plus a few per message)."
-    return int(sum(len(m.get('content') or '') for m in messages) / CHARS_PER_TOKEN) + 4 * len(messages)
+def estimate_tokens(messages:list[dict], # the conversation
+                    chars_per_token:float=CHARS_PER_TOKEN, # characters a token, without a tokenizer
+                    encode=None # text -> its token count (the model's tokenizer); None: characters / chars_per_token
+                   ) -> int:
+    "A cautious token count of a conversation (tokenizer's or characters / chars_per_token, plus a few per message)."
+    texts = [m.get('content') or '' for m in messages]
+    if encode: return sum(map(encode, texts)) + TEMPLATE_TOKENS * (len(messages) + 1)
+    return int(sum(map(len, texts)) / chars_per_token) + MESSAGE_TOKENS * len(messages)
+
+class TokenCounter:
+    "A model's prompt-token count: its tokenizer's, else characters over the lowest ratio its server's replies showed."
+    def __init__(self, encode=None): # text -> its token count; None: characters / a ratio learned from replies
+        self.encode, self.chars_per_token, self.learned = encode, CHARS_PER_TOKEN, False
+
+    def count(self, messages:list[dict]) -> int:
+        "The conversation's `estimate_tokens` with this model's tokenizer or ratio."
+        return estimate_tokens(messages, self.chars_per_token, self.encode)
+
+    def observe(self, messages:list[dict], # what a call sent
+                usage:dict|None): # its reply's usage: the server's own `prompt_tokens`
+        "Learn characters per token from an answered call: the lowest ratio seen, within `LEARNED_RATIO_RANGE`."
+        tokens = (usage or {}).get('prompt_tokens', 0) - MESSAGE_TOKENS * len(messages)
+        if self.encode or tokens <= 0: return
+        ratio = sum(len(m.get('content') or '') for m in messages) / tokens
+        if ratio > LEARNED_RATIO_RANGE[1]: return  # not a count of real tokens (a stub's usage)
+        ratio = max(ratio, LEARNED_RATIO_RANGE[0])
+        self.chars_per_token = min(self.chars_per_token, ratio) if self.learned else ratio
+        self.learned = True
+
+def load_tokenizer(path:str|Path, # a Hugging Face `tokenizer.json`
+                   role:str='agent' # whose `TREETRM_<ROLE>_TOKENIZER` named it (for the message)
+                  ):
+    "text -> its token count with the tokenizer at `path` (the optional `tokenizers` package reads it)."
+    var = role_env_name(role, 'TOKENIZER')
+    try: from tokenizers import Tokenizer
+    except ImportError as e:
+        raise ConfigError(where(f'{var} is set but the tokenizers package is not installed',
+                                f"pip install tokenizers (or 'treetrm[tokenizer]'), or unset {var}", var=var)) from e
+    if not Path(path).is_file():
+        raise ConfigError(where(f'{var} names no file', "Point it at the model's tokenizer.json", file=path))
+    try: tok = Tokenizer.from_file(str(path))
+    except Exception as e:
+        raise ConfigError(where(f'{var} is not a tokenizer.json the tokenizers package can read ({e})',
+                                "Point it at the model's Hugging Face tokenizer.json", file=path)) from e
+    return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
+
+_COUNTERS: dict[tuple, TokenCounter] = {}  # (model, tokenizer path) -> its counter, shared by every call to the model
+
+def token_counter(provider) -> TokenCounter:
+    "The prompt-token counter of `provider`'s model: the role's `TREETRM_<ROLE>_TOKENIZER`, else a learned ratio."
+    config = getattr(provider, 'config', None)
+    path = getattr(config, 'tokenizer', None)
+    key = (getattr(provider, 'model', None), path)
+    if key not in _COUNTERS:
+        _COUNTERS[key] = TokenCounter(load_tokenizer(path, getattr(config, 'role', 'agent')) if path else None)
+    return _COUNTERS[key]
 
 def estimated_prompt(messages:list[dict], # the request's messages
                      model:str, # the model they go to

@@ -14,9 +14,10 @@ from ..core import ConfigError, Slots, connect_wal, where, sha256_json
 from .protocol import LLMResponse
 
 # %% auto #0
-__all__ = ['MAX_RETRY_AFTER_S', 'backoff_delay', 'backoff_schedule', 'parse_retry_after', 'BreakerState', 'breaker_admit',
-           'breaker_success', 'breaker_failure', 'breaker_release_probe', 'CircuitBreaker', 'endpoint_slots',
-           'cache_key', 'ResponseCache']
+__all__ = ['MAX_RETRY_AFTER_S', 'START_WIDTH', 'WIDEN_GAIN', 'PROBE_AFTER', 'backoff_delay', 'backoff_schedule',
+           'parse_retry_after', 'BreakerState', 'breaker_admit', 'breaker_success', 'breaker_failure',
+           'breaker_release_probe', 'CircuitBreaker', 'EndpointSlots', 'endpoint_slots', 'forget_endpoint', 'cache_key',
+           'ResponseCache']
 
 # %% ../../nbs/llm/00c_resilience.ipynb #f9fe5091
 MAX_RETRY_AFTER_S = 300.0
@@ -107,14 +108,64 @@ class CircuitBreaker:
         return f'CircuitBreaker(state={self.state!r}, failures={self.s.failures}, threshold={self.threshold})'
 
 # %% ../../nbs/llm/00c_resilience.ipynb #d08d363e
+START_WIDTH = 8  # an adaptive endpoint's first width (the fixed default before it adapted)
+WIDEN_GAIN = 0.10  # a doubled width pays when the reply rate rose by at least this share
+PROBE_AFTER = 16  # windows a width that did not pay is held before a wider one is tried again
+
+class EndpointSlots(Slots):
+    "An endpoint's `Slots` whose width doubles while widening raises the reply rate and halves on overload."
+    def __init__(self, ceiling:int, # the most requests in flight
+                 adaptive:bool=True, # False: the width is `ceiling`, always
+                 clock:Callable[[], float]=time.monotonic): # time source (tests pass a fake)
+        super().__init__(min(START_WIDTH, ceiling) if adaptive else ceiling)
+        self.ceiling, self.adaptive, self.clock = ceiling, adaptive, clock
+        self.before, self.held = None, 0  # (width, reply rate) of the last window; windows left to hold
+        self._window()
+
+    def _window(self): self.started, self.replies, self.queued = self.clock(), 0, False
+
+    async def acquire(self, n:int=1):
+        "`Slots.acquire`, noting that a request queued: the width, not the demand, limited this window."
+        if self.free < n: self.queued = True  # the width, not the demand, limits this window
+        await super().acquire(n)
+
+    def replied(self):
+        "A reply came: at the end of a window that queued, widen while it pays."
+        self.replies += 1
+        if not self.adaptive or self.replies < self.width: return
+        rate, w = self.replies / max(self.clock() - self.started, 1e-9), self.width
+        if self.queued:
+            if self.before and w > self.before[0] and rate < self.before[1] * (1 + WIDEN_GAIN):
+                self.resize(self.before[0])  # the doubling did not pay: back, and hold
+                self.held, w, rate = PROBE_AFTER, self.before[0], self.before[1]
+            elif self.held: self.held -= 1
+            elif w < self.ceiling: self.resize(min(2 * w, self.ceiling))
+        self.before = (w, rate)
+        self._window()
+
+    def overloaded(self):
+        "The endpoint said it is overloaded (429, 503, a timeout): halve the width and hold it."
+        if not self.adaptive: return
+        self.resize(max(1, self.width // 2))
+        self.before, self.held = None, PROBE_AFTER
+        self._window()
+
 _ENDPOINT_SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def endpoint_slots(base_url:str, # endpoint; trailing slashes ignored
-                   limit:int) -> Slots: # width, used when the endpoint is first seen
-    "The `Slots` shared by every provider calling `base_url` in the running event loop."
+                   limit:int, # the most requests in flight, used when the endpoint is first seen
+                   adaptive:bool=False # the width adapts under `limit` (`EndpointSlots`), else it is `limit`
+                  ) -> EndpointSlots:
+    "The `EndpointSlots` shared by every provider calling `base_url` in the running event loop."
     if limit < 1: raise ConfigError(where('concurrency must be >= 1', endpoint=base_url, got=limit))
     table = _ENDPOINT_SLOTS.setdefault(asyncio.get_running_loop(), {})
-    return table.setdefault(base_url.rstrip('/'), Slots(limit))
+    key = base_url.rstrip('/')
+    if key not in table: table[key] = EndpointSlots(limit, adaptive)
+    return table[key]
+
+def forget_endpoint(base_url:str):
+    "Drop `base_url`'s slots in the running loop: the next provider calling it sets them anew (a benchmark's arms)."
+    _ENDPOINT_SLOTS.get(asyncio.get_running_loop(), {}).pop(base_url.rstrip('/'), None)
 
 # %% ../../nbs/llm/00c_resilience.ipynb #b77b9ca4
 def cache_key(model:str, messages:list[dict], temperature:float=0.0, max_tokens:int|None=None, seed:int|None=None,

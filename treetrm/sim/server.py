@@ -52,12 +52,15 @@ class Faults:
 def completion_body(response:LLMResponse, # what the role answered
                     request_id:str # an id for the completion
                    ) -> dict:
-    "An OpenAI chat-completion response body for `response`."
+    "An OpenAI chat-completion response body for `response` (its cached tokens as OpenAI's `prompt_tokens_details`)."
+    usage = {k: v for k, v in response.usage.items() if k != 'cached_tokens'}
+    if 'cached_tokens' in response.usage:
+        usage['prompt_tokens_details'] = {'cached_tokens': response.usage['cached_tokens']}
     return {
         'id': f'chatcmpl-{request_id}', 'object': 'chat.completion', 'created': int(time.time()),
         'model': response.model, 'choices': [{
             'index': 0, 'message': {'role': 'assistant', 'content': response.content}, 'finish_reason': 'stop'
-        }], 'usage': response.usage, 'system_fingerprint': 'treetrm-sim'
+        }], 'usage': usage, 'system_fingerprint': 'treetrm-sim'
     }
 
 def error_body(message:str, kind:str, code:int|str) -> dict:

@@ -60,10 +60,11 @@ def estimate_tokens(text:str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 def estimate_usage(messages:list[dict], reply:str) -> dict:
-    "An OpenAI-style usage dict for `messages` answered by `reply`."
+    "An OpenAI-style usage dict for `messages` answered by `reply`; the sim has no prefix cache: 0 tokens cached."
     prompt = sum(estimate_tokens(message_text(m)) + 4 for m in messages)
     completion = estimate_tokens(reply)
-    return {'prompt_tokens': prompt, 'completion_tokens': completion, 'total_tokens': prompt + completion}
+    return {'prompt_tokens': prompt, 'cached_tokens': 0, 'completion_tokens': completion,
+            'total_tokens': prompt + completion}
 
 # %% ../../nbs/sim/03_sim_agent.ipynb #ead020fe
 def request_rng(messages:list[dict], # the chat messages
@@ -109,7 +110,7 @@ def parse_view_node(text:str) -> list[SeenNode]:
     "The opened node and its child references from a `view_node` output."
     lines = text.splitlines()
     if not lines or not (m := _HEADER.fullmatch(lines[0].strip())): return []
-    cut = lines.index('children:') if 'children:' in lines else len(lines)
+    cut = next((i for i, l in enumerate(lines) if l == 'children:' or l.startswith('children (')), len(lines))
     node = SeenNode(m[1], int(m[2]), (float(m[3]), float(m[4])), _field_lines(lines[1:cut]))
     kids = [SeenNode(c[1], int(c[2]), (float(c[3]), float(c[4])), {'summary': c[5]}, m[1], False)
             for c in map(_CHILD.fullmatch, lines[cut + 1:]) if c]

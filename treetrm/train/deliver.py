@@ -71,6 +71,7 @@ def run_metrics(ws:Workspace, run:TrainRun, state:TrainState, final:str, # the f
                 decisions=decision_tally(state.decisions), confirmed_rules=confirmed_rule_counts(state.decisions),
                 gated_task_types=sorted(run.gated), forecast=state.forecast, power=state.forecast.get('power', []),
                 actual=actual_usage(role_usage(ws.log, ws.run_ids(run.rid)), state.forecast),
+                usage=ws.stage_usage(run.rid).to_dicts(),
                 report_settings=run.report_settings(), speculative_calls=ws.speculative_calls(run.rid),
                 decision_fingerprint=decision_fingerprint(state.decisions))
 

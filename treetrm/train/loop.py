@@ -59,9 +59,10 @@ def save_state(ws:Workspace, run:TrainRun, state:TrainState, budget:CallBudget|N
 def progress_plan(config:TrainConfig, # the run's settings
                   state:TrainState # holds the epoch's batch plan and the forecast
                  ) -> tuple[str, int]:
-    "(unit, total) of the training bar: model calls when the hard budget ends the run before its forecast, else steps."
-    forecast_calls = sum(r['calls'] for r in state.forecast.get('roles', {}).values())
-    if config.max_calls is not None and forecast_calls > config.max_calls: return 'call', config.max_calls
+    "(unit, total) of the training bar: model calls when the hard budget may end the run first, else steps."
+    bound = state.forecast.get('at_most', state.forecast)  # the forecast's bound (an older forecast: its roles)
+    calls = bound.get('training_calls', sum(r['calls'] for r in bound.get('roles', {}).values()))
+    if config.max_calls is not None and calls > config.max_calls: return 'call', config.max_calls
     return 'step', config.epochs * len(state.batches)
 
 def bar_position(unit:str, state:TrainState, budget:CallBudget) -> int:

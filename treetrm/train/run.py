@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from ..core import ConfigError, DataError, InfraError, where, read_json, sha256_file, stable_seed
 from ..data import SHARED_TASK, build_units, unit_correct, questions_fingerprint, video_units
 from ..agent.edits import Edit
-from ..llm.costs import NO_PRICE, price_of, usage_cost
+from ..llm.costs import price_of
 from ..agent.versions import set_current, set_best, load_manifest
 from ..agent.navigate import INFRA_STOP_REASONS
 from ..log import HarnessLog, TrainRunId
@@ -32,7 +32,8 @@ from ..proposers.evolve import edit_texts
 from .checkpoint import TrainState, structural_parts, rng_to_json, rng_from_json
 from .workspace import Workspace, BASELINE_RUN, AgentSetup
 from .acceptance import ACCEPTANCE, AcceptanceRule
-from .. import report
+from .forecast import GateInputs, RunOutline, forecast_of, role_usage
+from .forecast import actual_usage, forecast_usage, scaled_usage, shown_usage  # still importable here
 
 # %% auto #0
 __all__ = ['MIN_HISTORY_UNITS', 'apply_batch_correctness', 'guard_infra', 'tick_cooldowns', 'should_stop_early',
@@ -40,8 +41,7 @@ __all__ = ['MIN_HISTORY_UNITS', 'apply_batch_correctness', 'guard_infra', 'tick_
            'probation_design', 'type_counts', 'open_train_run', 'ungated_reason', 'gating_frame', 'ungated_note',
            'pool_accuracy', 'start_correctness', 'initial_state', 'split_reserve', 'cap_ladder', 'start_epoch',
            'fresh_rounds', 'evidence_cap', 'discordance_estimate', 'gate_history', 'type_gate_params', 'power_types',
-           'planned_ladders', 'run_power', 'epoch_ladders', 'role_usage', 'scaled_usage', 'forecast_usage',
-           'shown_usage', 'actual_usage', 'forecast']
+           'planned_ladders', 'run_power', 'epoch_ladders', 'run_outline', 'forecast']
 
 # %% ../../nbs/train/05_run.ipynb #543eb5e7
 def apply_batch_correctness(correctness:Mapping[str,bool], # question_id -> correct before the rollout
@@ -418,78 +418,22 @@ def epoch_ladders(run:TrainRun, state:TrainState) -> dict:
     "The current epoch's frozen ladders, checked against the fingerprint in the state."
     return load_gate_pools(run.pools_file(state.epoch), expect_fingerprint=state.ladders_fingerprint).ladders
 
-# %% ../../nbs/train/05_run.ipynb #3e708ce4
-def role_usage(log:HarnessLog, runs, # a run id or a list of them
-               replied:bool=False # only calls whose outcome was recorded: a basis for averages per call
-              ) -> dict[str, dict]:
-    "role -> {calls, tokens, cost, prompt_tokens, completion_tokens} of the model calls of `runs`."
-    t = report.cost_table(log, runs if isinstance(runs, str) else list(runs), replied).filter(pl.col('role') != 'ALL')
-    return {r['role']: {'calls': int(r['calls']), 'tokens': int(r['tokens']), 'cost': float(r['cost']),
-                        'prompt_tokens': int(r['prompt_tokens']), 'completion_tokens': int(r['completion_tokens'])}
-            for r in t.iter_rows(named=True)}
-
-def _per(u:dict, n:int) -> dict: return {k: v / n if n else 0.0 for k, v in u.items()}
-
-def scaled_usage(per:dict, # usage of one unit: {calls, tokens, prompt_tokens, completion_tokens}
-                 n:int, # units
-                 price:tuple[float,float]|None # the role's (input, output) USD per million tokens
-                ) -> dict:
-    "{calls, tokens, cost} of `n` units; the cost from their tokens at `price`, None when there is no price."
-    used = {k: int(round(per.get(k, 0) * n)) for k in ('calls', 'tokens', 'prompt_tokens', 'completion_tokens')}
-    return {'calls': used['calls'], 'tokens': used['tokens'], 'cost': usage_cost(used, price)}
-
-def forecast_usage(*, agent_per_question:dict, # {calls, tokens, prompt_tokens, completion_tokens} per question
-                   judge_per_call:dict, # the same per judge call
-                   questions:int, # agent questions: rollouts + gates + validation runs + final test
-                   judge_calls:int, # wrong rollout answers to diagnose
-                   evolver_calls:int, # proposals and momentum calls
-                   prices:dict|None=None # role -> (input, output) USD per million tokens, None: no price
-                  ) -> dict[str, dict]:
-    "role -> forecast {calls, tokens, cost}; cost None for a role without a price."
-    price = (prices or {}).get
-    return {'agent': scaled_usage(agent_per_question, questions, price('agent')),
-            'judge': scaled_usage(judge_per_call, judge_calls, price('judge')),
-            'evolver': scaled_usage(judge_per_call, evolver_calls, price('evolver'))}
-
-def shown_usage(usage:dict # a forecast role's {calls, tokens, cost}
-               ) -> dict:
-    "The usage as a table shows it: a cost without a price says `no price set`."
-    return {k: NO_PRICE if k == 'cost' and v is None else v for k, v in usage.items()}
-
-def actual_usage(used:dict, # role -> actual usage (`role_usage`)
-                 forecast:dict # the run's forecast (`roles`: role -> usage)
-                ) -> dict:
-    "role -> actual usage, its cost None where the forecast had no price (a call without a price records cost 0)."
-    unpriced = lambda r: r in forecast['roles'] and forecast['roles'][r]['cost'] is None
-    return {r: u | {'cost': None} if unpriced(r) else u for r, u in used.items()}
-
-# %% ../../nbs/train/05_run.ipynb #5c005b42
-def _measured_agent(used:dict, preds:pl.DataFrame) -> dict:
-    "The agent's usage on the measured run; a run made without telemetry: from its predictions (tokens as input)."
-    if 'agent' in used: return used['agent']
-    tokens = int(preds['tokens'].sum() or 0)
-    return {'calls': int(preds['steps_used'].sum() or 0) + preds.height, 'tokens': tokens, 'prompt_tokens': tokens,
-            'completion_tokens': 0}
+# %% ../../nbs/train/05_run.ipynb #926da9c6
+def run_outline(ws:Workspace, run:TrainRun, state:TrainState) -> RunOutline:
+    "What the forecast reads of a run before its first step: pools, epoch 1's plan, each gated type's gate."
+    ladders, doc = epoch_ladders(run, state), read_discordance(ws.workspace)
+    def gate(task_type:str, ladder:Ladder) -> GateInputs:
+        units = ladder_units(ladder, run.val_units)
+        noise, source = type_discordance(doc, task_type, discordance_estimate(ladder))
+        return GateInputs(len(ladder), sum(len(u.questions) for u in units) / max(1, len(units)),
+                          type_gate_params(run.config, ladder, run.evidence_cap(task_type)), noise, source)
+    gates = {t: gate(t, l) for t, l in sorted(ladders.items())}
+    return RunOutline(run.config, run.diag, run.val, run.test, state.batches, state.correctness, gates, doc,
+                      run.evidence, bool(state.prompts_version))
 
 def forecast(ws:Workspace, run:TrainRun, state:TrainState, measured_run:str=BASELINE_RUN) -> dict:
-    "Forecast calls, tokens and cost per role of the configured run, with its assumptions."
-    used, preds = role_usage(ws.log, measured_run, replied=True), ws.log.predictions(measured_run)  # no sent rows
-    n_answered = max(preds.height, 1)
-    judge = used.get('judge', {'calls': 0, 'tokens': 0})
-    ladders, epochs = epoch_ladders(run, state), run.config.epochs
-    wrong = [q for b in state.batches for q in b if not state.correctness[q]]
-    failed_types = lambda b: sorted({ws.by_id[q].task_type for q in b if not state.correctness[q]})
-    gated = [t for b in state.batches for t in failed_types(b) if t in ladders]
-    gate_q = sum(2 * sum(len(u.questions) for u in ladder_units(ladders[t], run.val_units)) for t in gated)
-    rollout_q = sum(map(len, state.batches))
-    assumptions = dict(epochs=epochs, steps_per_epoch=len(state.batches), rollout_questions=rollout_q * epochs,
-                       gate_questions_max=gate_q * epochs,
-                       validation_questions=len(run.val) * epochs, test_questions=len(run.test),
-                       diagnosed=len(wrong) * epochs,
-                       proposals=len(gated) * epochs, measured_on=measured_run)
-    q = sum(assumptions[k] for k in ('rollout_questions', 'gate_questions_max', 'validation_questions')) + len(run.test)
-    roles = forecast_usage(agent_per_question=_per(_measured_agent(used, preds), n_answered),
-                           judge_per_call=_per(judge, judge['calls']), questions=q, judge_calls=len(wrong) * epochs,
-                           evolver_calls=(len(gated) + 1) * epochs,
-                           prices={role: price_of(p) for role, p in ws.providers.items()})
-    return {'assumptions': assumptions, 'roles': roles}
+    "Forecast calls, tokens and cost per role of the configured run, with its assumptions (`train.forecast`)."
+    ids = ws.run_ids(run.rid)
+    spent = role_usage(ws.log, ids) if ids else {}  # a seed probe, a start version's answers
+    prices = {role: price_of(p) for role, p in ws.providers.items()}
+    return forecast_of(ws.log, run_outline(ws, run, state), measured_run, prices, spent)

@@ -16,6 +16,7 @@ from ..agent.versions import load_manifest
 from ..log import FINAL_TEST, check_run_id, gate_id, gate_step
 from ..llm.ledger import call_budget, filed_under
 from ..agent.inference import InferenceResult, answer_health, call_errors, seed_probe, seed_probe_note
+from ..agent.telemetry import step_telemetry
 from .settings import ACCEPTANCE_RULES, DEFAULT_SPLIT, TrainConfig, train_config
 from .checkpoint import TrainState, load_checkpoint
 from .workspace import Workspace, BASELINE_RUN, look_to_report
@@ -29,10 +30,13 @@ from .deliver import decisions_frame
 from .notes import earlier_attempts, archived_note, new_draw_note, finished_note, budget_note
 from .loop import train_to_end, save_state
 from .provenance import package_versions, git_state, role_provenance, skills_diff
+from ..usage import CACHED_NOTE
+from ..split.stage import has_pools
 from .. import report, __version__
 
 # %% auto #0
-__all__ = ['STEP_DECISION_COLUMNS', 'Runner', 'priced_costs', 'accuracy_curves', 'TrainResult', 'PoolEvaluation']
+__all__ = ['FORECAST_CASES', 'STEP_DECISION_COLUMNS', 'Runner', 'priced_costs', 'accuracy_curves', 'TrainResult',
+           'PoolEvaluation']
 
 # %% ../../nbs/train/11_runner.ipynb #de836d53
 class Runner(Workspace):
@@ -41,15 +45,18 @@ class Runner(Workspace):
 # %% ../../nbs/train/11_runner.ipynb #8be4d22f
 @patch
 def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFrame:
-    "Forecast and actual calls, tokens, cost per role (no price: `no price set`); the agent calls timing decided."
+    "Forecast calls, tokens, cost per role (and calls if nothing is confirmed, at most) beside the actual ones."
     actual = actual_usage(role_usage(self.log, self.run_ids(rid)), forecast) if rid else {}
     used = lambda role, f: shown_usage({k: actual.get(role, {}).get(k, 0) for k in f})
     timing = {'agent': self.speculative_calls(rid)} if rid else {}
-    rows = [{'role': role, **{f'forecast_{k}': v for k, v in shown_usage(f).items()},
+    other = lambda role: {f'calls_{k}': forecast[k]['roles'][role]['calls'] for k in FORECAST_CASES if k in forecast}
+    rows = [{'role': role, **{f'forecast_{k}': v for k, v in shown_usage(f).items()}, **other(role),
              **({f'actual_{k}': v for k, v in used(role, f).items()} if rid else {}),
              **({'actual_speculative_calls': timing.get(role, 0)} if rid else {})}
             for role, f in forecast['roles'].items()]
     return pl.DataFrame(rows)
+
+FORECAST_CASES = ('if_nothing_confirmed', 'at_most')  # the forecast's other cases, beside the expected one
 
 @patch
 def unpriced_roles(self:Runner) -> set[str]:
@@ -96,13 +103,14 @@ def step_report(self:Runner, rid:str, # the training run's internal id
 
 @patch
 def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
-    "The step report of `gate_id`: its decisions, and the gate's report when it gated."
+    "The step report of `gate_id`: its decisions, and the gate's report when it gated (else how the agent searched)."
     entries = [d for d in state.decisions if d['gate_id'] == gate_id]
     mine, pooled = decisions_frame(entries).select(*STEP_DECISION_COLUMNS), report.pooled_evidence_table(entries)
     gate = run.config.gate
     mine = report.with_gate_reasons(mine, run.thresholds(), gate.alpha_final, gate.alpha)
     has_gate = gate_id in self.gated_steps(run.rid)
-    rep = self.step_report(run.rid, gate_id, run.report_settings()) if has_gate else {}
+    rep = (self.step_report(run.rid, gate_id, run.report_settings()) if has_gate else
+           step_telemetry(self.log, run.rid, gate_id))  # ungated: how the agent searched all the same
     shared = {'shared_evidence': pooled} if len(pooled) else {}  # a shared edit's pooled evidence, by task type
     self._show(run, {'decisions': mine, **shared, **rep}, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
 
@@ -163,6 +171,14 @@ def _report_unit(self:Runner, phase:str, run:TrainRun, state:TrainState):
     elif phase == 'epoch_end': self._report_epoch(run, state)
 
 @patch
+def show_usage(self:Runner, rid:str|None=None, # a training run's internal id: its row
+               eval_runs:list[str]|None=None # evaluation runs: their row
+              ):
+    "Show calls and tokens per answered question, the cached share and wall time: the split, a run, evaluations."
+    if not has_pools(self.workspace): return print('nothing spent yet: the workspace has no split')  # a dry run
+    report.show_report({'usage': self.stage_usage(rid, eval_runs), 'usage_note': CACHED_NOTE}, 'what the stages spent')
+
+@patch
 def final_report(self:Runner, result) -> dict:
     "The final report of a finished training run (a `TrainResult`): test comparison, curves, decisions, cost, forecast."
     m, rid = result.metrics, result.internal_run_id
@@ -172,7 +188,8 @@ def final_report(self:Runner, result) -> dict:
                               labels=('seed skills', f'delivered skills ({m["delivered_version"]})'))
     note = new_draw_note(m, earlier_attempts(self.workspace/'runs', result.run_id))  # a fresh attempt: a new draw
     more = {'forecast_vs_actual': self.forecast_table(m['forecast'], rid),
-            'decision_log': decisions_frame(result.state.decisions)}
+            'decision_log': decisions_frame(result.state.decisions), 'usage': self.stage_usage(rid),
+            'usage_note': CACHED_NOTE}
     return self.with_prices(rep) | more | ({'new_draw': note} if note else {})
 
 # %% ../../nbs/train/11_runner.ipynb #a268e046
@@ -251,7 +268,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
         report.show_report({'forecast': self.forecast_table(state.forecast),
                             'gated_types': gating_frame(sizes, cfg.min_ladder_units),
                             'power': power_table_of(power)},
-                           f'{run_id} · forecast for {cfg.epochs} epochs (gates at their ladder caps: an upper bound)')
+                           f'{run_id} · forecast for {cfg.epochs} epochs (expected; if nothing is confirmed; at most)')
     for line in power_warnings(power): print(f'WARNING: {line}')
     state = await train_to_end(self, run, state, self._report_unit if run.show else None)
     self.log.finish_run(run.rid)

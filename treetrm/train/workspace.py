@@ -23,6 +23,7 @@ from ..split.stage import (REDRAW_QUESTIONS, run_split, load_split, has_pools, p
                                  redraw_run_id)
 from ..llm.backends import BACKENDS, check_backend_data, demo_world, make_providers
 from .settings import Config, TrainConfig, runner_config
+from ..usage import usage_frame
 from ..llm.ledger import CallRecorder, RecordedProvider, BudgetedProvider, filed_under
 
 # %% auto #0
@@ -347,6 +348,16 @@ def split_calls(self:Workspace) -> int:
 def run_ids(self:Workspace, rid:str) -> list[str]:
     "The run ids under which a training run's model calls were filed."
     return sorted(self.run_calls(rid)['run_id'].unique().to_list())
+
+@patch
+def stage_usage(self:Workspace, rid:str|None=None, # a training run's internal id: its row 'train'
+                eval_runs:list[str]|None=None # evaluation runs: their row 'eval'
+               ) -> pl.DataFrame:
+    "Calls and tokens (cached share) per answered question and wall time: the split, a training run, evaluations."
+    stages = {'split': [BASELINE_RUN, redraw_run_id(BASELINE_RUN)]}
+    if rid is not None: stages['train'] = self.run_ids(rid)
+    if eval_runs: stages['eval'] = list(eval_runs)
+    return usage_frame(self.log, stages)
 
 # %% ../../nbs/train/03_workspace.ipynb #350bc128
 def _calls_by_answer(log:HarnessLog, rid:str) -> dict[tuple[str, str], int]:
