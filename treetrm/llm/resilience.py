@@ -122,7 +122,7 @@ class EndpointSlots(Slots):
         self.before, self.held = None, 0  # (width, reply rate) of the last window; windows left to hold
         self._window()
 
-    def _window(self): self.started, self.replies, self.queued = self.clock(), 0, False
+    def _window(self): self.started, self.replies, self.queued, self.cut = self.clock(), 0, False, False
 
     async def acquire(self, n:int=1):
         "`Slots.acquire`, noting that a request queued: the width, not the demand, limited this window."
@@ -144,11 +144,12 @@ class EndpointSlots(Slots):
         self._window()
 
     def overloaded(self):
-        "The endpoint said it is overloaded (429, 503, a timeout): halve the width and hold it."
-        if not self.adaptive: return
+        "The endpoint said it is overloaded (429, 503, a timeout): halve the width, once a window, and hold it."
+        if not self.adaptive or self.cut: return  # the requests sent before the cut answer for the same overload
         self.resize(max(1, self.width // 2))
         self.before, self.held = None, PROBE_AFTER
         self._window()
+        self.cut = True
 
 _ENDPOINT_SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
