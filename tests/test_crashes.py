@@ -244,7 +244,7 @@ def kill_through(ws:Path, world:Path, plan:list, after_kill=lambda: None, **kw) 
     assert code == 0 and marks[-1][0] == 'done', marks
     return died
 
-TELEMETRY = ('/forecast/', '/actual/', '/speculative_calls', '/usage/')  # computed from llm_calls rows, traces
+TELEMETRY = ('/forecast/', '/actual/', '/speculative_calls', 'metrics.json/usage')  # from llm_calls rows, traces
 # and timestamps (`usage`: calls, tokens and wall time per stage)
 # of the gate arms that ran ahead (see test_telemetry_survives_kills)
 
