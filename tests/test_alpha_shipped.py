@@ -42,7 +42,7 @@ from treetrm.sim.roles import SimJudge, SimEvolver
 pytestmark = [pytest.mark.slow]  # the tiers: conftest.py
 
 NULL = dict(effects=((1.0, 0.0, 0.0),), side_effect_share=0.0,  # every rule's effect 0 everywhere (strength 0)
-            **NOISE_LEGACY)  # the worlds the README's measured rates came from (other settings: test_sim_noise_model)
+            **NOISE_LEGACY)  # the worlds of the measured rates (CHANGELOG; others: test_sim_noise_model)
 TYPES = ('Counting Problem', 'OCR Problems', 'Attribute Perception', 'Temporal Reasoning', 'Action Recognition',
          'Object Recognition')
 WORLD = dict(profile='realistic', n_videos=60, questions_per_video={t: 2 for t in TYPES}, realism=NULL)

@@ -1,8 +1,8 @@
 """One default alpha per purpose, each stated once in treetrm.gate.evalues (issue 46): `TRAIN_ALPHA`, a training run's
 per-edit level, read by every training entry point; `TEST_ALPHA`, one bare sequential test's level, read by
 `GateParams()` and the GEPA drop-in. docs/design.md section 7 says why the two differ. The expected values are not
-computed here: 0.10 is the level the loop benchmark chose for training (README, CHANGELOG), 0.05 the seed
-specification's level for one gate."""
+computed here: 0.10 is the level the loop benchmark chose for training (docs/howto/configuration.md, CHANGELOG),
+0.05 the seed specification's level for one gate."""
 import inspect, json, re
 from pathlib import Path
 from treetrm import report

@@ -1,6 +1,6 @@
 """Issue 32 items 4 and 9: role prices from the environment, forecasts that say `no price set` instead of 0, the split's
 forecast printed once before it spends, a build forecast that counts the calls the build makes, tree durations that
-match the video, README outputs git-ignored, ipywidgets in the dev extra, and a build notebook that ends cleanly."""
+match the video, the pages' outputs git-ignored, ipywidgets in the dev extra, and a build notebook that ends cleanly."""
 import asyncio, importlib.metadata, configparser, json, re, subprocess, sys
 from pathlib import Path
 
@@ -91,8 +91,11 @@ def test_tree_duration_matches_the_video(tmp_path):
 
 
 def test_readme_outputs_are_git_ignored():
-    outputs = set(re.findall(r'papermill \S+\.ipynb (\S+\.ipynb)', (ROOT/'README.md').read_text()))
-    assert outputs >= {'eval.ipynb', 'out.ipynb'}
+    "The notebooks the README's and the docs pages' papermill commands write are git-ignored where they land."
+    pages = [ROOT/'README.md', *sorted((ROOT/'docs').rglob('*.md'))]
+    written = r'papermill \S+\.ipynb (\S+\.ipynb)'  # a papermill command's output notebook
+    outputs = {o for p in pages for o in re.findall(written, p.read_text(encoding='utf-8'))}
+    assert outputs >= {'eval.ipynb', 'out.ipynb', 'out-$nb.ipynb'}
     names = [o.replace('$nb', 'train') for o in outputs]
     ignored = subprocess.run(['git', 'check-ignore', *names], cwd=ROOT, capture_output=True, text=True).stdout.split()
     assert sorted(ignored) == sorted(names)

@@ -202,9 +202,9 @@ def notebook_text(path):
     return '\n\n'.join(''.join(c['source']) for c in cells(path))
 
 def design_citing_texts():
-    "name -> text of every notebook, library module, test and README.md."
+    "name -> text of every notebook, library module, test, README.md and docs page (docs/**/*.md)."
     texts = {str(p.relative_to(ROOT)): notebook_text(p) for p in all_notebooks()}
-    files = [*library_files(), *sorted(TESTS.glob('*.py')), ROOT/'README.md']
+    files = [*library_files(), *sorted(TESTS.glob('*.py')), ROOT/'README.md', *sorted((ROOT/'docs').rglob('*.md'))]
     return texts | {str(p.relative_to(ROOT)): p.read_text(encoding='utf-8') for p in files}
 
 def test_design_sections_are_numbered_in_order():

@@ -1,27 +1,20 @@
 """Issue 49: the noise of a model that knows answers, beside SmolLM2-135M's, and one real training run on it.
 
-The README's blocks are made by code from the committed JSONs; the comparison in the JSON is made again from the two
-committed draws files; the world settings' sources cite the measured numbers."""
+The comparison in the JSON is made again from the two committed draws files; the world settings' sources cite the
+measured numbers. (The tables made from these JSONs are the docs' benchmark pages, made by the same functions at build
+time: `noise_compare_markdown`, `noise_moves`, `noise_speed_markdown`, `real_run_markdown`.)"""
 import json
 
 import polars as pl
 import pytest
 
-from treetrm.bench.noise import (compare_noise, draws_frame, read_draws, noise_compare_markdown, noise_moves,
-                                 NOISE_BEGIN, NOISE_END, noise_design, noise_speed_markdown,
-                                 compared_frame)
-from treetrm.bench.real_run import real_run_markdown, REAL_RUN_BEGIN, REAL_RUN_END
-from treetrm.bench.regime_map import readme_block
+from treetrm.bench.noise import compare_noise, draws_frame, read_draws, noise_design, compared_frame
 from treetrm.core import project_root
 from treetrm.sim.realism import SOURCES
 
 ROOT = project_root()
 RESULTS = ROOT/'nbs'/'bench'/'results'
 NOISE = RESULTS/'noise-2026-12-07-qwen05b.json'
-PROBE = RESULTS/'noise-2026-12-07-qwen15b-probe.json'  # the 1.5B model's speed probe
-REAL_RUN = RESULTS/'real-run-2026-12-07.json'
-README = (ROOT/'README.md').read_text(encoding='utf-8')
-LABEL_A = 'SmolLM2-135M'
 
 
 def measured() -> dict: return json.loads(NOISE.read_text())
@@ -52,21 +45,8 @@ def test_the_comparison_is_made_again_from_the_two_draws_files():
         assert all((u is None and v is None) or abs(u - v) < 1e-9 for u, v in zip(x, y)), col
 
 
-def test_the_readme_noise_block_is_made_from_the_json():
-    m = measured()
-    cmp, label = compared(m), m['model']
-    probe = json.loads(PROBE.read_text())
-    want = '\n\n'.join([noise_compare_markdown(cmp, LABEL_A, label), noise_moves(cmp, LABEL_A, label),
-                         noise_speed_markdown({label: m, f"{probe['model']} (probe)": probe})])
-    assert readme_block(README, NOISE_BEGIN, NOISE_END) == want
-
-
-def test_the_readme_real_run_block_is_made_from_the_json():
-    assert readme_block(README, REAL_RUN_BEGIN, REAL_RUN_END) == real_run_markdown(json.loads(REAL_RUN.read_text()))
-
-
 def test_the_world_sources_cite_the_knowing_model():
-    "The settings a measurement informs name the 0.5B model's value, rounded as the README's table rounds it."
+    "The settings a measurement informs name the 0.5B model's value, rounded as the noise page's table rounds it."
     cmp = compared(measured())
     at = lambda agent, t, rate: cmp.filter((pl.col('agent') == agent) & (pl.col('temperature') == t)
                                            & (pl.col('edit') == 'null') & (pl.col('rate') == rate)).row(0, named=True)

@@ -1,6 +1,7 @@
 """Trees of real size: a tree the builder makes from a long video (an event of 60 keyframes, a keyframe a second) runs
 through the agent loop with every tool output bounded, because `view_node` pages long children lists and each page
-names the call for the next; the README's tokens-per-question paragraph is made from the committed JSON."""
+names the call for the next; the committed JSON's summary is its rows' (the benchmark page's paragraph is
+`long_trees_markdown` of it, at docs build time), and the how-to page's words match the code."""
 import asyncio, json
 
 import papermill as pm
@@ -10,15 +11,13 @@ from treetrm.agent.navigate import run_agent
 from treetrm.agent.tools import CHILDREN_PAGE_SIZE, node_pages, view_node
 from treetrm.agent.skills import load_skill_dir
 from treetrm.agent.versions import seed_skills_dir
-from treetrm.bench.long_trees import (LONG_TREES_BEGIN, LONG_TREES_END, PageReader, largest_view, long_trees_markdown,
-                                      long_video_tree, policy_summary)
-from treetrm.bench.regime_map import readme_block
+from treetrm.bench.long_trees import PageReader, largest_view, long_video_tree, policy_summary
 from treetrm.build.builder import BuildParams
 from treetrm.core import project_root
 
 ROOT = project_root()
 RESULT = ROOT/'nbs'/'bench'/'results'/'long-trees-2026-12-07.json'
-README = (ROOT/'README.md').read_text(encoding='utf-8')
+OWN_VIDEOS = (ROOT/'docs'/'howto'/'own-videos.md').read_text(encoding='utf-8')  # the how-to page
 # The bound on one tool output. A page lists at most 15 children; a child line of a sim-vision tree is about 90
 # characters (id, level, span, a one-sentence summary), so 15 lines and the node's own header, card and subtitle stay
 # under 2,500 characters, while the unpaged list of a 60-keyframe event is 60 such lines, over 5,000.
@@ -63,13 +62,13 @@ def test_the_agent_pages_through_a_60_keyframe_event_within_the_bound(long_tree)
         assert listed == list(event.children_ids)  # every keyframe listed once, in order
 
 
-def test_the_readme_paragraph_is_made_from_the_json():
+def test_the_json_and_the_how_to_page_agree_with_the_code():
     m = json.loads(RESULT.read_text())
-    assert readme_block(README, LONG_TREES_BEGIN, LONG_TREES_END) == long_trees_markdown(m)
     assert m['summary'] == policy_summary(m['rows'])  # the table's means are the rows'
-    assert m['children_page_size'] == CHILDREN_PAGE_SIZE and f'.CHILDREN_PAGE_SIZE` ({CHILDREN_PAGE_SIZE})' in README
+    assert m['children_page_size'] == CHILDREN_PAGE_SIZE
+    assert f'.CHILDREN_PAGE_SIZE` ({CHILDREN_PAGE_SIZE})' in OWN_VIDEOS
     params = BuildParams()
-    assert params.l2_max_s / params.l3_step_s == 60 and params.l1_max_s / params.l2_max_s == 10  # the README's words
+    assert params.l2_max_s / params.l3_step_s == 60 and params.l1_max_s / params.l2_max_s == 10  # the page's words
 
 
 @pytest.mark.slow

@@ -1,14 +1,16 @@
-"""Every fenced block of README.md runs in a test, read from README.md (issue 32: "the README's commands run in a test
-as written, through papermill, on a clean clone"), or is listed with the reason it cannot run in CI. `RUN_BY` maps a
-block's marker (its first line, without a trailing comment) to the test that runs it; `NOT_RUN` gives the reason for the
-rest; a new block with neither fails `test_every_readme_block_is_run_or_excused` with what to do.
+"""Every fenced block of README.md and of the docs pages (docs/**/*.md) runs in a test, read from its page (issue 32:
+"the README's commands run in a test as written, through papermill, on a clean clone"; issue 52: the how-to pages), or
+is listed with the reason it cannot run in CI. `RUN_BY` maps a block's page and marker (its first line, without a
+trailing comment) to the test that runs it; `NOT_RUN` gives the reason for the rest; a new block with neither fails
+`test_every_readme_block_is_run_or_excused` with what to do. A docs page may repeat a README block word for word (the
+quick start, the developing commands): the README's entry covers the copy, and a copy that differs needs its own.
 
 This file runs its blocks in a folder laid out as a checkout (`checkout`: settings.ini, nbs, prompts, the demo world
 and the environment as `.venv`, `TREETRM_ROOT` pointing at it), so relative paths resolve there as they would for a
 user, and nothing lands in this checkout's workspaces. Blocks that name an endpoint talk to
 `treetrm.sim.server.SimServer` through the `TREETRM_<ROLE>_*` variables, over data made at the paths the command names.
 The two training commands of "Use your own model" and "Use your own data" get small-run parameters appended after the
-README's words (as tests/test_one_test_number.py does): as written they train the full default configuration, which
+pages' words (as tests/test_one_test_number.py does): as written they train the full default configuration, which
 needs a world of 50 videos and took 195 s over HTTP."""
 import hashlib, json, os, re, shlex, shutil, subprocess, sys
 from dataclasses import dataclass
@@ -31,64 +33,53 @@ from treetrm.build.video import make_synthetic_videos, parse_subtitles, syntheti
 
 ROOT = project_root()
 README = ROOT/'README.md'
+OWN_MODEL, OWN_DATA, OWN_VIDEOS = 'docs/howto/own-model.md', 'docs/howto/own-data.md', 'docs/howto/own-videos.md'
+LOCAL_MODEL, RAY, CONFIGURATION = 'docs/howto/local-model.md', 'docs/howto/ray.md', 'docs/howto/configuration.md'
 HERE = 'tests/test_readme_commands.py'
 SMALL = ['-p', 'epochs', '1', '-p', 'min_ladder_units', '4', '-p', 'batch_size', '8', '-p', 'patience', '1',
          '-p', 'concurrency', '4', '-p', 'show_steps', 'False']  # appended to the full training commands
 
 CONFIGURATION_TEST = 'tests/test_stage_parameters.py::test_readme_configuration_command_runs_through_papermill'
-RUN_BY = {  # a block's marker -> the test that runs it, reading the block from README.md
+RUN_BY = {  # (a page, a block's marker) -> the test that runs it, reading the block from that page
     # the quick start: .ci/run makes the venv and installs the dev extra as it says; the test runs the papermill part
-    "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && "
-    ".venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1":
+    ('README.md', "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && "
+                  ".venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1"):
         'tests/test_one_test_number.py::test_eval_shows_the_train_stages_final_test',
-    'from treetrm.train.runner import Runner': f'{HERE}::test_notebook_form_runs_in_a_kernel',
-    'import asyncio': f'{HERE}::test_script_form_runs_as_a_script',
-    'treetrm train --run-id v2 -p epochs 3 --config my.yaml': f'{HERE}::test_treetrm_commands_run_as_written',
-    'TREETRM_AGENT_MODEL=Qwen/Qwen2.5-7B-Instruct': f'{HERE}::test_env_file_and_prices_reach_the_split_forecast',
-    '.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 -p backend openai':
+    ('README.md', 'from treetrm import Runner'): f'{HERE}::test_notebook_form_runs_in_a_kernel',
+    ('README.md', 'import asyncio'): f'{HERE}::test_script_form_runs_as_a_script',
+    ('README.md', 'treetrm train --run-id v2 -p epochs 3 --config my.yaml'):
+        f'{HERE}::test_treetrm_commands_run_as_written',
+    (OWN_MODEL, 'TREETRM_AGENT_MODEL=Qwen/Qwen2.5-7B-Instruct'):
+        f'{HERE}::test_env_file_and_prices_reach_the_split_forecast',
+    (OWN_MODEL, '.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 -p backend openai'):
         f'{HERE}::test_own_model_training_command_over_http',
-    '.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 -p backend openai '
-    '-p workspace workspaces/mine': f'{HERE}::test_own_data_training_command_reads_videomme_files',
-    '.venv/bin/papermill nbs/build.ipynb out.ipynb -k python3 -p backend openai -p videos data/videomme/videos':
-        f'{HERE}::test_build_command_over_http',
-    'papermill nbs/bench/loop.ipynb out.ipynb -k python3': f'{HERE}::test_reduced_benchmark_grid_runs_as_written',
-    'skill_mode: auto': CONFIGURATION_TEST,
-    ".venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v3 -p config my.yaml -p epochs 4 -p settings "
-    "\"{'train.gate.tau': 0.1}\"": CONFIGURATION_TEST,
+    (OWN_DATA, '.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 -p backend openai '
+               '-p workspace workspaces/mine'): f'{HERE}::test_own_data_training_command_reads_videomme_files',
+    (OWN_VIDEOS, '.venv/bin/papermill nbs/build.ipynb out.ipynb -k python3 -p backend openai '
+                 '-p videos data/videomme/videos'): f'{HERE}::test_build_command_over_http',
+    (RAY, 'papermill nbs/bench/loop.ipynb out.ipynb -k python3'):
+        f'{HERE}::test_reduced_benchmark_grid_runs_as_written',
+    (CONFIGURATION, 'skill_mode: auto'): CONFIGURATION_TEST,
+    (CONFIGURATION, ".venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v3 -p config my.yaml "
+                    "-p epochs 4 -p settings \"{'train.gate.tau': 0.1}\""): CONFIGURATION_TEST,
 }
-NOT_RUN = {  # a block's marker -> why no test runs it
-    'from treetrm.bench.loop_bench import run_grid, full_grid, cell_budget':
+NOT_RUN = {  # (a page, a block's marker) -> why no test runs it
+    ('docs/design.md', 'nbs/        nbdev notebooks — the source of truth: library notebooks (nbs/NN_name.ipynb, '
+                       'nbs/<package>/NN_name.ipynb),'): 'a picture of the layout, not a command',
+    (RAY, 'from treetrm import run_grid, full_grid, cell_budget'):
         'the full grid on a Ray cluster and a sweep on the user\'s endpoints; the same calls run small on a real '
         'two-node Ray cluster in tests/test_ray.py (run_grid and sweep with an address) and tests/test_sweep.py',
-    'papermill nbs/bench/regime_map.ipynb out.ipynb -k python3 -p kind report -p processes 2 -p workdir map-work':
-        'the report map: hours on 2 cores; tests/test_regime_map.py runs the same notebook on a one-cell registration',
-    'papermill nbs/bench/regime_map.ipynb out.ipynb -k python3 -p kind report -p processes 2 -p workdir levers-work':
-        "issue 48's lever runs: about an hour on 2 cores; tests/test_regime_map.py runs the same notebook on a "
-        'one-cell registration',
-    'papermill nbs/bench/scale.ipynb out.ipynb -k python3 -p out nbs/bench/results/scale-2026-12-06.json':
-        'the scale benchmark: about 15 minutes on 2 cores; tests/test_bench_scale.py runs the same notebook on a '
-        'small setting',
-    '.venv-llama/bin/python -m llama_cpp.server --model "$GGUF" --model_alias smollm2-135m --port 8765 --n_ctx 4096':
-        'the noise measurement: about an hour of a real model on 2 cores; tests/test_real_model.py::'
-        'test_noise_measurement_on_a_real_model runs the same notebook, reduced, on the CI llama.cpp server',
-    'python tools/assemble_gguf.py qwen2.5-coder-0.5b --out models/':
-        "issue 49's measurement of a 0.5B model: 480 MB of wheels and about two hours of one core; "
-        'tests/test_assemble_gguf.py checks the assembly and its refusals offline, and '
-        'tests/test_real_model.py::test_noise_measurement_on_a_real_model runs the same notebook, reduced',
-    'papermill nbs/bench/real_run.ipynb out.ipynb -k python3 -p workspace real-run/ws -p run_id r1 -p model '
-    'qwen2.5-coder-0.5b':
-        'reads a workspace trained against a real model (an hour of one core); tests/test_knowing_model.py runs the '
-        'same notebook on a workspace trained on a sim world',
-    'import gepa': 'a sketch with the user\'s adapter and data; the same calls run in nbs/integrations/00_gepa.ipynb '
-                   '(nbdev_test: gepa.optimize with EValueAcceptance, then confirm_best) '
-                   'and nbs/examples/dspy_gepa.ipynb '
-                   '(tests/test_gepa_integration.py)',
-    "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/nbdev_test && .venv/bin/pytest -q tests":
+    ('docs/howto/gepa-dspy.md', 'import gepa'):
+        'a sketch with the user\'s adapter and data; the same calls run in nbs/integrations/00_gepa.ipynb '
+        '(nbdev_test: gepa.optimize with EValueAcceptance, then confirm_best) and nbs/examples/dspy_gepa.ipynb '
+        '(tests/test_gepa_integration.py)',
+    ('README.md', "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/nbdev_test && "
+                  ".venv/bin/pytest -q tests"):
         'the CI command itself: .ci/run makes the venv, installs the dev extra and runs nbdev_test and pytest',
-    '.venv/bin/pytest -q tests -m "not slow and not ray and not real_model"':
+    ('README.md', '.venv/bin/pytest -q tests -m "not slow and not ray and not real_model"'):
         'the test tiers themselves: a test that ran them would run this suite inside itself (the fast tier is '
         'what a developer runs before a commit, the full tier is what .ci/run runs)',
-    'python3 -m venv .venv-llama':
+    (LOCAL_MODEL, 'python3 -m venv .venv-llama'):
         'compiles llama.cpp (10-15 min on 2 cores) and serves a real model on port 8080; CI builds the same server '
         '(.ci/run) and tests/test_real_model.py runs split, train and eval on it (its own world and config); '
         'test_local_model_recipe_data_and_config runs the recipe\'s world and small.yaml lines',
@@ -97,89 +88,125 @@ NOT_RUN = {  # a block's marker -> why no test runs it
 
 @dataclass(frozen=True)
 class Block:
-    "A fenced block of README.md."
+    "A fenced block of a page (README.md or a docs page)."
     line: int  # the line of its opening fence
     lang: str  # its info string (bash, python, yaml, ...)
     text: str  # its lines, each ending in a newline
+    page: str = 'README.md'  # the page it is on, a path from the project root
 
     @property
     def marker(self) -> str:
         "Its first line without a trailing comment, a line continuation or the indentation."
         return re.sub(r'\s+#.*$|\s*\\$', '', self.text.splitlines()[0]).strip()
 
+    @property
+    def key(self) -> tuple[str, str]:
+        "Its page and marker: the key of `RUN_BY` and `NOT_RUN`."
+        return self.page, self.marker
 
-def readme_blocks(text: str) -> list[Block]:
-    "Every fenced block of a README's text, in order."
-    return [Block(text[:m.start()].count('\n') + 1, m['lang'], m['text'])
+
+def readme_blocks(text: str, page: str = 'README.md') -> list[Block]:
+    "Every fenced block of a page's text, in order."
+    return [Block(text[:m.start()].count('\n') + 1, m['lang'], m['text'], page)
             for m in re.finditer(r'^```(?P<lang>[^\n`]*)\n(?P<text>.*?)^```', text, re.S | re.M)]
+
+
+def pages() -> dict[str, str]:
+    "Page (a path from the project root) -> its text: README.md and every markdown page under docs/."
+    docs = sorted((ROOT/'docs').rglob('*.md'))
+    return {'README.md': README.read_text(encoding='utf-8')} | {
+        str(p.relative_to(ROOT)): p.read_text(encoding='utf-8') for p in docs}
+
+
+def page_block(page: str, marker: str) -> str:
+    "The text of the block with this marker on `page` (a KeyError naming both when the page has none)."
+    found = {b.marker: b.text for b in readme_blocks((ROOT/page).read_text(encoding='utf-8'), page)}
+    if marker not in found: raise KeyError(f'{page} has no block whose first line is {marker!r}')
+    return found[marker]
 
 
 def readme_block(marker: str) -> str:
     "The text of the README block with this marker (a KeyError naming it when the README has none)."
-    found = {b.marker: b.text for b in readme_blocks(README.read_text(encoding='utf-8'))}
-    if marker not in found: raise KeyError(f'README.md has no block whose first line is {marker!r}')
-    return found[marker]
+    return page_block('README.md', marker)
 
 
 def copied_lines(test_file: Path, block: Block) -> list[str]:
     "The block's lines that a test file holds word for word (a copy instead of a read); the registry's markers aside."
-    source, markers = test_file.read_text(encoding='utf-8'), RUN_BY.keys() | NOT_RUN.keys()
+    source, markers = test_file.read_text(encoding='utf-8'), {m for _, m in RUN_BY.keys() | NOT_RUN.keys()}
     lines = {l.strip() for l in block.text.splitlines()} - markers
     return sorted(l for l in lines if len(l) >= 30 and l in source)
 
 
 def runner_problems(block: Block, test_id: str) -> list[str]:
-    "What is wrong with the test registered to run `block`: missing, not reading README.md, or holding a copy."
+    "What is wrong with the test registered to run `block`: missing, not reading its page, or holding a copy."
     file, name = test_id.split('::')
     path = ROOT/file
-    if not path.is_file(): return [f'{test_id}: no such file (the test registered for README line {block.line})']
+    if not path.is_file(): return [f'{test_id}: no such file (the test registered for {block.page} line {block.line})']
     source = path.read_text(encoding='utf-8')
     problems = [] if re.search(rf'^(async )?def {name}\(', source, re.M) else [f'{test_id}: no such test']
-    if 'README' not in source: problems.append(f'{file} does not read README.md')
-    if copy := copied_lines(path, block): problems.append(f'{file} holds a copy of README line(s) {copy}')
+    if Path(block.page).name not in source: problems.append(f'{file} does not read {block.page}')
+    if copy := copied_lines(path, block): problems.append(f'{file} holds a copy of {block.page} line(s) {copy}')
     return problems
 
 
 def unlisted(b: Block) -> str:
-    "What to do about a README block that no test runs and no reason excuses."
-    return (f'README line {b.line}: the ```{b.lang} block starting {b.marker!r} is not run by any test. Add a test '
-            f'that reads it from README.md and runs it, and map the marker to it in RUN_BY in {HERE}, or give the '
-            f'reason it cannot run in CI in NOT_RUN there')
+    "What to do about a block that no test runs and no reason excuses."
+    return (f'{b.page} line {b.line}: the ```{b.lang} block starting {b.marker!r} is not run by any test. Add a test '
+            f'that reads it from {b.page} and runs it, and map ({b.page!r}, marker) to it in RUN_BY in {HERE}, or '
+            f'give the reason it cannot run in CI in NOT_RUN there (a copy of a README block needs no entry when '
+            f'it is the same word for word)')
 
 
-def inventory_problems(text: str) -> list[str]:
-    "Every README block that no test runs and no reason excuses, stale entries, and registered tests that are broken."
-    blocks = readme_blocks(text)
+def inventory_problems(texts: dict[str, str]) -> list[str]:
+    "Every block of these pages that no test runs and no reason excuses, stale entries, and broken registered tests."
+    readme = {b.text for b in readme_blocks(texts.get('README.md', ''))}
     problems, seen = [], {}
-    for b in blocks:
-        if b.marker in seen: problems.append(f'README lines {seen[b.marker]} and {b.line}: two blocks start with '
-                                             f'{b.marker!r}; give one another first line')
-        seen[b.marker] = b.line
-        if b.marker in RUN_BY: problems += runner_problems(b, RUN_BY[b.marker])
-        elif b.marker not in NOT_RUN: problems.append(unlisted(b))
+    for page, text in texts.items():
+        for b in readme_blocks(text, page):
+            if b.key in seen: problems.append(f'{page} lines {seen[b.key]} and {b.line}: two blocks start with '
+                                              f'{b.marker!r}; give one another first line')
+            seen[b.key] = b.line
+            if b.key in RUN_BY: problems += runner_problems(b, RUN_BY[b.key])
+            elif b.key not in NOT_RUN and not (page != 'README.md' and b.text in readme): problems.append(unlisted(b))
     stale = (RUN_BY.keys() | NOT_RUN.keys()) - seen.keys()
-    return problems + [f'{HERE}: no README block starts with {m!r}; update or remove its entry' for m in sorted(stale)]
+    return problems + [f'{HERE}: no block of {p} starts with {m!r}; update or remove its entry'
+                       for p, m in sorted(stale)]
 
 
 def test_every_readme_block_is_run_or_excused():
     assert not (RUN_BY.keys() & NOT_RUN.keys())
-    problems = inventory_problems(README.read_text(encoding='utf-8'))
+    texts = pages()
+    assert {'README.md', OWN_MODEL, CONFIGURATION, 'docs/quickstart.md'} <= texts.keys()  # the docs pages are read
+    problems = inventory_problems(texts)
     assert not problems, '\n'.join(problems)
 
 
 def test_a_new_block_without_an_entry_fails_saying_what_to_do():
-    text = README.read_text(encoding='utf-8') + '\n```bash\ntreetrm frobnicate --all   # new\n```\n'
-    (problem, ) = inventory_problems(text)
-    assert "starting 'treetrm frobnicate --all' is not run by any test" in problem
+    texts, new = pages(), '\n```bash\ntreetrm frobnicate --all   # new\n```\n'
+    (problem, ) = inventory_problems(texts | {'README.md': texts['README.md'] + new})
+    assert "README.md line" in problem and "starting 'treetrm frobnicate --all' is not run by any test" in problem
     assert 'RUN_BY' in problem and 'NOT_RUN' in problem and HERE in problem
-    stale = inventory_problems(text.replace('```yaml\nskill_mode: auto', '```yaml\nskill_mode: manual'))
-    assert any('no README block starts with' in p and 'skill_mode: auto' in p for p in stale)
+    (problem, ) = inventory_problems(texts | {OWN_DATA: texts[OWN_DATA] + new})  # the same on a docs page, named
+    assert problem.startswith(f'{OWN_DATA} line') and 'frobnicate' in problem
+    config = texts[CONFIGURATION]
+    renamed = config.replace('```yaml\nskill_mode: auto', '```yaml\nskill_mode: manual')
+    stale = inventory_problems(texts | {CONFIGURATION: renamed})
+    assert any('no block of' in p and CONFIGURATION in p and 'skill_mode: auto' in p for p in stale)
 
 
-def training_runs(text: str) -> list[tuple[int, str, str, dict]]:
-    "(README line, workspace, run id, the other parameters) of each training command in the README's bash blocks."
+def test_a_docs_copy_of_a_readme_block_is_covered_only_word_for_word():
+    texts = pages()
+    quick = texts['docs/quickstart.md']
+    assert readme_block('import asyncio') in quick  # the quick start page repeats the README's blocks
+    changed = quick.replace("'v1', 'artifact'", "'v1', 'elsewhere'")
+    problems = inventory_problems(texts | {'docs/quickstart.md': changed})
+    assert len(problems) == 2 and all(p.startswith('docs/quickstart.md line') for p in problems), problems
+
+
+def training_runs(texts: dict[str, str]) -> list[tuple[str, str, str, dict]]:
+    "(page and line, workspace, run id, the other parameters) of each training command in the pages' bash blocks."
     runs = []
-    for b in readme_blocks(text):
+    for b in (b for page, text in texts.items() for b in readme_blocks(text, page)):
         if b.lang != 'bash': continue
         for command in b.text.replace('\\\n', ' ').splitlines():
             words = shlex.split(command, comments=True)
@@ -187,19 +214,20 @@ def training_runs(text: str) -> list[tuple[int, str, str, dict]]:
             given = {words[k + 1]: words[k + 2] for k, w in enumerate(words) if w == '-p'}
             options = {'--run-id': 'run_id', '--config': 'config'}  # the treetrm command's names of two parameters
             given |= {options[w]: words[k + 1] for k, w in enumerate(words) if w in options}
-            runs.append((b.line, given.pop('workspace', 'workspaces/demo'), given.pop('run_id', 'v1'), given))
+            where = f'{b.page} line {b.line}'
+            runs.append((where, given.pop('workspace', 'workspaces/demo'), given.pop('run_id', 'v1'), given))
     return runs
 
 
 def test_training_commands_on_one_run_do_not_clash():
-    ("A newcomer runs the README's training commands on the demo workspace one after another (issue 51, item 13): two "
-     "that share a run id must ask for the same run, or the second is refused on resume")
-    runs = [r for r in training_runs(README.read_text(encoding='utf-8')) if r[1] == 'workspaces/demo']
+    ("A newcomer runs the README's and the docs pages' training commands on the demo workspace one after another "
+     "(issue 51, item 13): two that share a run id must ask for the same run, or the second is refused on resume")
+    runs = [r for r in training_runs(pages()) if r[1] == 'workspaces/demo']
     assert len(runs) >= 3, runs  # the quick start, the treetrm command, the configuration section
     first = {}
     for line, _, run_id, given in runs:
         seen = first.setdefault(run_id, (line, given))
-        assert seen[1] == given, (f'README lines {seen[0]} and {line} both train run {run_id!r} of the demo workspace '
+        assert seen[1] == given, (f'{seen[0]} and {line} both train run {run_id!r} of the demo workspace '
                                   f'with other parameters ({seen[1]} and {given}): give the second its own run id')
 
 
@@ -207,19 +235,21 @@ RULE_FAMILIES = ('gate', 'gepa', 'greedy', 'oracle', 'fixed_n', 'bayes')
 
 
 def benchmark_rule_names(text: str) -> set[str]:
-    "The rule names the benchmark section writes in backticks: snake_case names of the rule families."
-    section = text.split('\n## Benchmark', 1)[1].split('\n## ', 1)[0]
-    prose = re.sub(r'^```.*?^```', '', section, flags=re.S | re.M)
+    "The rule names a page's prose writes in backticks: snake_case names of the rule families."
+    prose = re.sub(r'^```.*?^```', '', text, flags=re.S | re.M)
     words = set(re.findall(r'`([a-z][a-z0-9_]*)`', prose))
     return {w for w in words if any(w == f or w.startswith(f'{f}_') for f in RULE_FAMILIES)}
 
 
-def test_benchmark_section_names_only_rules_that_exist():
-    names = benchmark_rule_names(README.read_text(encoding='utf-8'))
-    assert {'gate_snapshot', 'oracle_paid', 'fixed_n_free'} <= names  # the check reads the section's rule names
+def test_pages_name_only_rules_that_exist():
+    "The README and the docs pages name benchmark rules by their registry names (design.md names tables and columns)."
+    texts = {p: t for p, t in pages().items() if p != 'docs/design.md'}
+    names = set().union(*map(benchmark_rule_names, texts.values()))
+    assert {'gate_a05', 'gepa_engine_gated'} <= names  # the check reads the pages' rule names
     known = (set(loop_bench.BENCH_RULES) | set(loop_bench.ABLATIONS) | set(loop_bench.CEILINGS)
              | set(loop_bench.ENGINE_RULES))
-    assert not names - known, f'README rule names not in loop_bench: {sorted(names - known)}'
+    assert not names - known, f'rule names not in loop_bench: {sorted(names - known)}'
+    assert benchmark_rule_names('the `gate_bogus` rule and `gate_a05`') - known == {'gate_bogus'}  # a wrong name shows
 
 
 def clean_env(**more) -> dict:
@@ -279,7 +309,7 @@ def test_script_form_runs_as_a_script(tmp_path):
 def test_notebook_form_runs_in_a_kernel(tmp_path):
     "The notebook form as one cell of a notebook (top-level await), executed from an empty folder."
     nb = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(readme_block('from treetrm.train.runner import Runner'))])
+        cells=[nbformat.v4.new_code_cell(readme_block('from treetrm import Runner'))])
     nb.metadata['kernelspec'] = {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'}
     nbformat.write(nb, tmp_path/'form.ipynb')
     pm.execute_notebook(str(tmp_path/'form.ipynb'), str(tmp_path/'out.ipynb'), kernel_name='python3',
@@ -294,9 +324,9 @@ def test_notebook_form_runs_in_a_kernel(tmp_path):
 @pytest.mark.notebooks
 @pytest.mark.slow
 def test_treetrm_commands_run_as_written(checkout):
-    "The `treetrm` block word for word in a checkout, `my.yaml` being the configuration section's YAML."
+    "The `treetrm` block word for word in a checkout, `my.yaml` being the YAML of configuration.md."
     block = readme_block('treetrm train --run-id v2 -p epochs 3 --config my.yaml')
-    (checkout/'my.yaml').write_text(readme_block('skill_mode: auto'))
+    (checkout/'my.yaml').write_text(page_block(CONFIGURATION, 'skill_mode: auto'))
     done = run_bash(block, checkout, clean_env(TREETRM_ROOT=str(checkout)))
     reports = re.findall(r'# report: (\S+)', block)
     assert len(reports) == 2 and all((checkout/r).is_file() for r in reports)  # where the comments say
@@ -308,18 +338,18 @@ def test_treetrm_commands_run_as_written(checkout):
 
 
 def price_names() -> list[str]:
-    "The price variables' suffixes, from the README's table of optional per-role variables."
-    (row, ) = [l for l in README.read_text(encoding='utf-8').splitlines() if l.startswith('| `_PRICE_IN`')]
+    "The price variables' suffixes, from own-model.md's table of optional per-role variables."
+    (row, ) = [l for l in (ROOT/OWN_MODEL).read_text(encoding='utf-8').splitlines() if l.startswith('| `_PRICE_IN`')]
     return re.findall(r'`(_PRICE_\w+)`', row.split('|')[1])
 
 
 @pytest.mark.notebooks
 @pytest.mark.slow
 def test_env_file_and_prices_reach_the_split_forecast(checkout):
-    "The README's `.env` at the project root, prices by the table's variables: the split's dry run costs the roles."
+    "own-model.md's `.env` at the project root, prices by the table's variables: the split's dry run costs the roles."
     (price_in, price_out, _cached) = price_names()
     judge_prices = f'TREETRM_JUDGE{price_in}=0.27\nTREETRM_JUDGE{price_out}=1.10\n'  # .env too, as the issue asks
-    (checkout/'.env').write_text(readme_block('TREETRM_AGENT_MODEL=Qwen/Qwen2.5-7B-Instruct') + judge_prices)
+    (checkout/'.env').write_text(page_block(OWN_MODEL, 'TREETRM_AGENT_MODEL=Qwen/Qwen2.5-7B-Instruct') + judge_prices)
     env = clean_env(TREETRM_ROOT=str(checkout), **{f'TREETRM_AGENT{price_in}': '0.5', f'TREETRM_AGENT{price_out}': '2'})
     run_bash('.venv/bin/papermill nbs/split.ipynb out.ipynb -k python3 -p backend openai -p dry_run True',
              checkout, env, timeout=300)
@@ -357,7 +387,8 @@ def check_trained_over_http(ws: Path, srv, n_questions: int):
 def test_own_model_training_command_over_http(checkout):
     "The `backend openai` command on a sim world at data/mybench, every role served over HTTP."
     world = make_world(checkout/'data'/'mybench', seed=0, n_videos=8)
-    block = readme_block('.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 -p backend openai')
+    block = page_block(OWN_MODEL, '.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 '
+                                  '-p backend openai')
     with serve(world_dir=world) as srv:
         run_bash(block.rstrip() + ' ' + ' '.join(SMALL), checkout,
                  clean_env(TREETRM_ROOT=str(checkout), **sim_roles_env(srv.base_url)))
@@ -382,8 +413,8 @@ def test_own_data_training_command_reads_videomme_files(checkout, tmp_path):
     world, videomme = make_world(tmp_path/'world', seed=0, n_videos=8), checkout/'data'/'videomme'
     write_videomme_parquet(world/'questions.jsonl', videomme/'test-00000-of-00001.parquet')
     shutil.copytree(world/'trees', videomme/'trees')
-    block = readme_block('.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 -p backend openai '
-                         '-p workspace workspaces/mine')
+    block = page_block(OWN_DATA, '.venv/bin/papermill nbs/train.ipynb out.ipynb -k python3 -p run_id v1 '
+                                 '-p backend openai -p workspace workspaces/mine')
     with serve(world_dir=world) as srv:
         run_bash(block.rstrip() + ' ' + ' '.join(SMALL), checkout,
                  clean_env(TREETRM_ROOT=str(checkout), **sim_roles_env(srv.base_url)))
@@ -400,8 +431,8 @@ def test_build_command_over_http(checkout):
     (videos/'questions.jsonl').unlink()
     (videomme/'subtitles').mkdir()
     for srt in videos.glob('*.srt'): srt.rename(videomme/'subtitles'/srt.name)
-    block = readme_block('.venv/bin/papermill nbs/build.ipynb out.ipynb -k python3 -p backend openai '
-                         '-p videos data/videomme/videos')
+    block = page_block(OWN_VIDEOS, '.venv/bin/papermill nbs/build.ipynb out.ipynb -k python3 -p backend openai '
+                                   '-p videos data/videomme/videos')
     with serve() as srv:
         run_bash(block, checkout, clean_env(TREETRM_ROOT=str(checkout), **sim_roles_env(srv.base_url, ('vision', ))))
         assert srv.stats['ok'] > 0
@@ -414,7 +445,7 @@ def test_build_command_over_http(checkout):
 
 def test_local_model_recipe_data_and_config(tmp_path):
     "The llama.cpp recipe's lines that need no server: its world has the questions it says, small.yaml is a config."
-    block = readme_block('python3 -m venv .venv-llama')
+    block = page_block(LOCAL_MODEL, 'python3 -m venv .venv-llama')
     world_line = next(l for l in block.splitlines() if 'treetrm.sim.server world' in l)
     yaml_part = block[block.index('cat > small.yaml'):block.index('\nYAML\n') + len('\nYAML\n')]
     (tmp_path/'.venv').symlink_to(Path(sys.prefix))
@@ -428,9 +459,10 @@ def test_local_model_recipe_data_and_config(tmp_path):
 @pytest.mark.notebooks
 @pytest.mark.slow
 def test_reduced_benchmark_grid_runs_as_written(checkout):
-    "The benchmark block's first line word for word in a checkout: the reduced grid, one cell, 3 world seeds, every"
-    " rule. Its second line is the same notebook with `-p full True` (12 cells × 10 seeds: hours, a benchmark run)."
-    block = readme_block('papermill nbs/bench/loop.ipynb out.ipynb -k python3')
+    ("ray.md's loop benchmark block's first line word for word in a checkout: the reduced grid, one cell, 3 world "
+     "seeds, every rule. Its second line is the same notebook with `-p full True` (12 cells × 10 seeds: hours, a "
+     "benchmark run).")
+    block = page_block(RAY, 'papermill nbs/bench/loop.ipynb out.ipynb -k python3')
     reduced, full = block.splitlines()[:2]
     assert full.startswith(reduced.split('#')[0].strip() + ' -p full True')
     params = set(re.findall(r'^(\w+) = ', ''.join(next(c.source for c in nbformat.read(

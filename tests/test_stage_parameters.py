@@ -1,6 +1,7 @@
 """Dict- and list-valued notebook parameters through papermill's command line (issue 32, item 1): `-p` hands a notebook
-text, so `-p settings "{'train.gate.tau': 0.1}"` arrives as a string. The README's configuration command and its
-`-p settings` recipes, and `build.ipynb -p bounds "{...}"`, run as written; a bad value is a ConfigError naming it."""
+text, so `-p settings "{'train.gate.tau': 0.1}"` arrives as a string. The configuration page's command and its
+`-p settings` recipes (docs/howto/configuration.md), and `build.ipynb -p bounds "{...}"`, run as written; a bad value is
+a ConfigError naming it."""
 import json, re, shlex, subprocess
 
 import papermill.cli
@@ -12,7 +13,7 @@ from treetrm.sim.world import make_world
 from treetrm.build.video import make_synthetic_videos
 
 ROOT = project_root()
-README = (ROOT/'README.md').read_text(encoding='utf-8')
+CONFIGURATION = (ROOT/'docs'/'howto'/'configuration.md').read_text(encoding='utf-8')  # the how-to page
 SETTINGS_COMMAND = "-p settings \"{'train.gate.tau': 0.1}\""
 
 
@@ -22,8 +23,8 @@ def papermill_value(text: str):
 
 
 def readme_values(name: str) -> list:
-    "Every `-p <name> \"...\"` the README writes, as papermill passes it (markdown line breaks inside are kept)."
-    return [papermill_value(t) for t in re.findall(rf'-p {name} "([^"]*)"', README)]
+    "Every `-p <name> \"...\"` configuration.md writes, as papermill passes it (markdown line breaks inside are kept)."
+    return [papermill_value(t) for t in re.findall(rf'-p {name} "([^"]*)"', CONFIGURATION)]
 
 
 def test_readme_settings_are_read_as_written():
@@ -48,10 +49,10 @@ def test_a_bad_parameter_is_a_config_error_naming_it(value, name):
 @pytest.mark.notebooks
 @pytest.mark.slow
 def test_readme_configuration_command_runs_through_papermill(tmp_path):
-    "The README's command line, word for word, on a small world: its config file, `-p epochs 4` and the settings text."
-    (command, ) = [l for l in README.splitlines() if SETTINGS_COMMAND in l]
+    "configuration.md's command line, word for word, on a small world: its config file, `-p epochs 4`, the settings."
+    (command, ) = [l for l in CONFIGURATION.splitlines() if SETTINGS_COMMAND in l]
     my_yaml = tmp_path/'my.yaml'
-    my_yaml.write_text(re.search(r'```yaml\n(.*?)```', README.split('## Configuration', 1)[1], re.S)[1])
+    my_yaml.write_text(re.search(r'```yaml\n(.*?)```', CONFIGURATION, re.S)[1])
     world, ws, out = make_world(tmp_path/'world', seed=0, n_videos=8), tmp_path/'ws', tmp_path/'out.ipynb'
     words = [str(out) if w == 'out.ipynb' else str(my_yaml) if w == 'my.yaml' else w for w in shlex.split(command)]
     small = ['-p', 'workspace', str(ws), '-p', 'data_dir', str(world), '-p', 'min_ladder_units', '4',  # a short run
