@@ -335,6 +335,8 @@ def test_treetrm_commands_run_as_written(checkout):
     assert "the train stage's final test" in notebook_text(checkout/reports[1])
     stages = re.search(r'# the stages \(([^)]*)\)', block)[1].split(', ')
     assert all(f'{s} (nbs/{s}.ipynb):' in done.stdout for s in stages) and len(stages) == 4
+    page = (checkout/re.search(r'# one page: (\S+)', block)[1]).read_text()  # `treetrm report`: the run as one page
+    assert 'id="step-e1s1"' in page and 'src="data:image/png;base64,' in page  # its steps, its figures inside it
 
 
 def price_names() -> list[str]:

@@ -10,8 +10,8 @@ from .core import TreeTrmError, ConfigError, where, project_root, package_dir
 from .log import check_run_id
 
 # %% auto #0
-__all__ = ['STAGES', 'stage_root', 'stage_notebook', 'stage_parameters', 'text_value', 'report_path', 'StageError', 'run_stage',
-           'build_parser', 'stage_arguments', 'main']
+__all__ = ['STAGES', 'REPORT', 'stage_root', 'stage_notebook', 'stage_parameters', 'text_value', 'report_path', 'StageError',
+           'run_stage', 'build_parser', 'stage_arguments', 'main']
 
 # %% ../nbs/05_cli.ipynb #02623f58
 STAGES = {'build': 'video files -> video trees (the vision role)',
@@ -134,19 +134,34 @@ def _add_stage(stages, stage:str, parameters:dict, missing:TreeTrmError|None=Non
     if 'run_id' in parameters: sub.add_argument('--run-id', metavar='ID', help='the run id (-p run_id)')
     sub.add_argument('--out', metavar='PATH', help='where the executed notebook goes (default: see `treetrm --help`)')
 
+REPORT = 'a finished training run as one self-contained HTML page: steps, decisions, evidence, figures, provenance'
+
+def _add_report(commands):
+    "The `report` subcommand: a finished run's page (`train.run_report.run_report_html`); it runs no notebook."
+    sub = commands.add_parser('report', help=REPORT, description=f'{REPORT}. Paths are from the working directory.')
+    sub.add_argument('workspace', help='the workspace folder, e.g. workspaces/demo')
+    sub.add_argument('run_id', help='a finished training run of it, e.g. v1')
+    sub.add_argument('-o', '--out', metavar='FILE', help='the page (default: <workspace>/runs/<run_id>/report.html)')
+    sub.add_argument('--backend', default='sim', help="the run's backend, sim or openai (default: sim)")
+    sub.add_argument('--data-dir', metavar='DIR', help='the data the run was trained on (default: the demo world)')
+    sub.add_argument('--questions', metavar='FILE', help='its questions (default: <data-dir>/questions.jsonl)')
+    sub.add_argument('--trees-dir', metavar='DIR', help='its trees (default: <data-dir>/trees)')
+
 def build_parser(parameters:dict, # stage -> its parameters (`stage_parameters`)
                  missing:TreeTrmError|None=None # why no stage can run here: the help says it in place of parameters
                 ) -> argparse.ArgumentParser:
-    "The `treetrm` command line: one subcommand per stage; its help lists every stage's parameters."
+    "The `treetrm` command line: one subcommand per stage, and `report`; its help lists every stage's parameters."
     listing = '\n\n'.join(f'{stage} (nbs/{stage}.ipynb):\n{_parameter_help(p)}' for stage, p in parameters.items())
     if missing: listing = _parameter_help({}, missing)
     where_to = ('reports: train -> <workspace>/runs/<run_id>/train.ipynb; split and eval -> <workspace>/reports/; '
-                'build -> beside trees_dir')
-    parser = argparse.ArgumentParser(prog='treetrm', description='Run a treetrm stage notebook through papermill.',
+                'build -> beside trees_dir; report (a page, no notebook) -> <workspace>/runs/<run_id>/report.html')
+    parser = argparse.ArgumentParser(prog='treetrm', description='Run a treetrm stage notebook through papermill, or '
+                                     "make a finished run's report page (treetrm report WORKSPACE RUN_ID).",
                                      epilog=f'{where_to}\n\nparameters (-p NAME VALUE):\n\n{listing}',
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    stages = parser.add_subparsers(dest='stage', required=True, metavar='STAGE', title='stages')
+    stages = parser.add_subparsers(dest='stage', required=True, metavar='COMMAND', title='commands')
     for stage, p in parameters.items(): _add_stage(stages, stage, p, missing)
+    _add_report(stages)
     return parser
 
 # %% ../nbs/05_cli.ipynb #f3d03a17
@@ -177,14 +192,23 @@ def main(argv:list[str]|None=None # the arguments (default: the command line's)
         parameters = {stage: stage_parameters(stage, root) for stage in STAGES}
     except TreeTrmError as e: root, parameters, missing = None, {stage: {} for stage in STAGES}, e
     parser = build_parser(parameters, missing)
-    if missing:  # `--help` still answers; a stage says what it needs
-        parser.parse_known_args(argv)
+    if missing and parser.parse_known_args(argv)[0].stage != 'report':  # `--help` answers; a stage says what it needs
         return _failed(missing)
     args = parser.parse_args(argv)
+    if args.stage == 'report': return _report(args)
     given = stage_arguments(args, parameters[args.stage], parser)
     try: report = run_stage(args.stage, given, root, args.out)
     except TreeTrmError as e: return _failed(e)
     print(f'treetrm {args.stage}: done; report: {report}')
+    return 0
+
+def _report(args:argparse.Namespace) -> int:
+    "`treetrm report`: write a finished run's page; exit code 0, or 1 saying what is wrong (nothing written)."
+    from treetrm.train.run_report import run_report_html  # the library, loaded only for the command that needs it
+    settings = dict(backend=args.backend, data_dir=args.data_dir, questions=args.questions, trees_dir=args.trees_dir)
+    try: page = run_report_html(args.workspace, args.run_id, args.out, **settings)
+    except TreeTrmError as e: return _failed(e)
+    print(f'treetrm report: {page}')
     return 0
 
 def _failed(e:TreeTrmError) -> int:

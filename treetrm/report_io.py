@@ -4,6 +4,7 @@
 
 # %% ../nbs/04a_report_io.ipynb #cf769046
 from __future__ import annotations
+import base64, html, re
 from pathlib import Path
 import polars as pl
 from matplotlib.figure import Figure
@@ -11,7 +12,8 @@ from .core import ConfigError, atomic_write_text, where
 from .figures import FIGURE_FORMATS, checked_stem, figure_bytes, save_figure
 
 # %% auto #0
-__all__ = ['INLINE_DPI', 'REPORT_TABLE', 'shown_in_full', 'show_report', 'percent_view', 'save_report']
+__all__ = ['INLINE_DPI', 'REPORT_TABLE', 'HTML_DPI', 'HTML_TABLE', 'PAGE_STYLE', 'shown_in_full', 'show_report', 'percent_view',
+           'check_report', 'save_report', 'figure_data_uri', 'note_html', 'report_html', 'html_page']
 
 # %% ../nbs/04a_report_io.ipynb #c1227be8
 INLINE_DPI = 120 # resolution of figures shown inline
@@ -69,16 +71,20 @@ def percent_view(frame:pl.DataFrame, # a table with shares in [0, 1]
     return frame.with_columns(as_text(c) for c in columns)
 
 # %% ../nbs/04a_report_io.ipynb #97f19767
+def check_report(report:dict # name -> DataFrame, Figure or note
+                ):
+    "A `ConfigError` naming the first entry that is no polars DataFrame, matplotlib Figure or note (text)."
+    if bad := [name for name, item in report.items() if not isinstance(item, (Figure, pl.DataFrame, str))]:
+        raise ConfigError(where(f'report entry {bad[0]!r} is a {type(report[bad[0]]).__name__}',
+                                'A report holds polars DataFrames, matplotlib Figures and notes (text)', field=bad[0]))
+
 def save_report(report:dict, # name -> DataFrame or Figure
                 out_dir:str|Path, # folder, e.g. the run's figures/ or reports/
                 prefix:str='', # file-name prefix, e.g. 'e1_s3_'
                 formats=FIGURE_FORMATS) -> dict[str, list[Path]]:
     "Write each figure as PDF/PNG/SVG, each frame as CSV and each note as Markdown under `out_dir`; entry -> paths."
     stems = {name: checked_stem(f'{prefix}{name}') for name in report}
-    if bad := [name for name, item in report.items() if not isinstance(item, (Figure, pl.DataFrame, str))]:
-        raise ConfigError(  # checked before anything is written
-            where(f'report entry {bad[0]!r} is a {type(report[bad[0]]).__name__}',
-                  'A report holds polars DataFrames, matplotlib Figures and notes (text)', field=bad[0]))
+    check_report(report)  # before anything is written
     out = {}
     for name, item in report.items():
         stem = stems[name]
@@ -87,3 +93,50 @@ def save_report(report:dict, # name -> DataFrame or Figure
             out[name] = [atomic_write_text(Path(out_dir) / f'{stem}.csv', item.write_csv())]
         else: out[name] = [atomic_write_text(Path(out_dir) / f'{stem}.md', item + '\n')]
     return out
+
+# %% ../nbs/04a_report_io.ipynb #851bae02
+HTML_DPI = 150  # resolution of the figures in an HTML report
+HTML_TABLE = dict(fmt_str_lengths=10_000, tbl_cols=-1, tbl_rows=-1)  # an HTML report's frames: every row, every column
+
+def figure_data_uri(fig:Figure, # the figure to embed
+                    dpi:int=HTML_DPI) -> str:
+    "A figure as a `data:image/png;base64,...` URI: the image travels inside the page that shows it."
+    return 'data:image/png;base64,' + base64.b64encode(figure_bytes(fig, 'png', dpi)).decode()
+
+def note_html(text:str # a report's note
+             ) -> str:
+    "A note as HTML paragraphs: escaped, one per block of lines, `code` marked as code."
+    code = lambda p: re.sub(r'`([^`]+)`', r'<code>\1</code>', html.escape(p.strip()))
+    return ''.join(f'<p>{code(p)}</p>' for p in re.split(r'\n\s*\n', text) if p.strip())
+
+def _entry_html(name:str, item, anchor:str) -> str:
+    "One report entry under its name: a frame as a table, a figure as an embedded PNG, a note as paragraphs."
+    head = f'<h4 id="{html.escape(anchor + name)}">{html.escape(name)}</h4>\n'
+    if isinstance(item, str): return head + note_html(item)
+    if isinstance(item, pl.DataFrame):
+        with pl.Config(**HTML_TABLE): return head + f'<div class="table">{item._repr_html_()}</div>'
+    img = f'<img src="{figure_data_uri(item)}" alt="{html.escape(name)}">'
+    _close(item)
+    return head + img
+
+def report_html(report:dict, # name -> DataFrame, Figure or note, e.g. from `step_report`
+                anchor:str='' # prefix of the entries' ids in the page, e.g. 'e1s1-'
+               ) -> str:
+    "A report as an HTML fragment with nothing outside it: tables, embedded PNG figures and notes, each named."
+    check_report(report)
+    return '\n'.join(_entry_html(name, item, anchor) for name, item in report.items())
+
+# %% ../nbs/04a_report_io.ipynb #3f769ff2
+PAGE_STYLE = """body{font-family:system-ui,sans-serif;max-width:80rem;margin:2rem auto;padding:0 1rem;color:#222}
+h2{border-bottom:1px solid #ccc;margin-top:2.5rem} h4{margin:1.2rem 0 .3rem}
+img{max-width:100%;height:auto} .table{overflow-x:auto}
+table.dataframe{border-collapse:collapse;font-size:.8rem}
+.dataframe td,.dataframe th{padding:2px 6px;border:1px solid #ddd}
+code,pre{background:#f5f5f5;padding:0 2px} nav li{margin:.1rem 0}"""  # the page's own style: no sheet outside it
+
+def html_page(title:str, # the page's title, also its first heading
+              body:str # HTML fragments, e.g. from `report_html`
+             ) -> str:
+    "A whole HTML page around `body`, its style sheet inside it: it opens the same offline."
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+            f'<style>{PAGE_STYLE}</style>\n</head>\n<body>\n<h1>{html.escape(title)}</h1>\n{body}\n</body>\n</html>\n')

@@ -20,8 +20,8 @@ from .epoch_end import dual_metric_rows, probation_entry
 from .. import report
 
 # %% auto #0
-__all__ = ['confirmed_rule_counts', 'decision_tally', 'holdout_rows', 'run_metrics', 'delivered_version', 'open_edits',
-           'without_open_edits', 'delivery_files', 'final_phase', 'decisions_frame']
+__all__ = ['STEP_DECISION_COLUMNS', 'confirmed_rule_counts', 'decision_tally', 'holdout_rows', 'run_metrics', 'delivered_version',
+           'open_edits', 'without_open_edits', 'delivery_files', 'final_phase', 'decisions_frame', 'step_decisions']
 
 # %% ../../nbs/train/08_deliver.ipynb #169fb793
 def confirmed_rule_counts(decisions) -> dict[str, int]:
@@ -132,3 +132,15 @@ def decisions_frame(decisions) -> pl.DataFrame:
                   decision=pl.String, reason=pl.String, w=pl.Int64,
                   l=pl.Int64, n_used=pl.Int64, e_value=pl.Float64, version=pl.String, texts=pl.String)
     return pl.DataFrame(rows, schema=schema)
+
+# %% ../../nbs/train/08_deliver.ipynb #3c06f133
+STEP_DECISION_COLUMNS = ('task_type', 'decision', 'reason', 'w', 'l', 'n_used', 'e_value', 'version')  # a step's table
+
+def step_decisions(entries:list, # a step's decision-log entries
+                   settings:dict # thresholds, alpha, alpha_final: the run's `TrainRun.report_settings`
+                  ) -> dict:
+    "A step's decisions with their reasons, and a shared edit's pooled evidence by task type: the top of its report."
+    mine = decisions_frame(entries).select(*STEP_DECISION_COLUMNS)
+    mine = report.with_gate_reasons(mine, settings['thresholds'], settings['alpha_final'], settings['alpha'])
+    pooled = report.pooled_evidence_table(entries)
+    return {'decisions': mine, **({'shared_evidence': pooled} if len(pooled) else {})}

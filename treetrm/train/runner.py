@@ -26,7 +26,7 @@ from .acceptance import ACCEPTANCE
 from .run import (TrainRun, open_train_run, initial_state, role_usage, shown_usage, actual_usage,
                                type_counts, gating_frame, ungated_note)
 from ..llm.costs import NO_PRICE, price_of
-from .deliver import decisions_frame
+from .deliver import STEP_DECISION_COLUMNS, decisions_frame, step_decisions
 from .notes import earlier_attempts, archived_note, new_draw_note, finished_note, budget_note
 from .loop import train_to_end, save_state
 from .provenance import package_versions, git_state, role_provenance, skills_diff
@@ -35,8 +35,7 @@ from ..split.stage import has_pools
 from .. import report, __version__
 
 # %% auto #0
-__all__ = ['FORECAST_CASES', 'STEP_DECISION_COLUMNS', 'Runner', 'priced_costs', 'accuracy_curves', 'TrainResult',
-           'PoolEvaluation']
+__all__ = ['FORECAST_CASES', 'Runner', 'priced_costs', 'accuracy_curves', 'TrainResult', 'PoolEvaluation', 'finished_run']
 
 # %% ../../nbs/train/11_runner.ipynb #de836d53
 class Runner(Workspace):
@@ -88,8 +87,6 @@ def with_prices(self:Runner, rep:dict) -> dict:
     is_cost = lambda v: isinstance(v, pl.DataFrame) and {'role', 'cost'} <= set(v.columns)
     return {k: priced_costs(v, self.unpriced_roles()) if is_cost(v) else v for k, v in rep.items()}
 
-STEP_DECISION_COLUMNS = ('task_type', 'decision', 'reason', 'w', 'l', 'n_used', 'e_value', 'version')  # a step's table
-
 @patch
 def step_report(self:Runner, rid:str, # the training run's internal id
                 gate_id:str, # the step's gate
@@ -102,17 +99,17 @@ def step_report(self:Runner, rid:str, # the training run's internal id
                               title=f'Epoch {epoch}, step {step}: gate evidence per task type')
 
 @patch
+def shown_step_report(self:Runner, rid:str, gate_id:str, decisions:list, settings:dict) -> dict:
+    "A step's report as the run shows it: its decisions (`step_decisions`), then its gate's report or its telemetry."
+    rep = (self.step_report(rid, gate_id, settings) if gate_id in self.gated_steps(rid) else
+           step_telemetry(self.log, rid, gate_id))  # ungated: how the agent searched all the same
+    return step_decisions([d for d in decisions if d['gate_id'] == gate_id], settings) | rep
+
+@patch
 def _report_step(self:Runner, run:TrainRun, state:TrainState, gate_id:str):
-    "The step report of `gate_id`: its decisions, and the gate's report when it gated (else how the agent searched)."
-    entries = [d for d in state.decisions if d['gate_id'] == gate_id]
-    mine, pooled = decisions_frame(entries).select(*STEP_DECISION_COLUMNS), report.pooled_evidence_table(entries)
-    gate = run.config.gate
-    mine = report.with_gate_reasons(mine, run.thresholds(), gate.alpha_final, gate.alpha)
-    has_gate = gate_id in self.gated_steps(run.rid)
-    rep = (self.step_report(run.rid, gate_id, run.report_settings()) if has_gate else
-           step_telemetry(self.log, run.rid, gate_id))  # ungated: how the agent searched all the same
-    shared = {'shared_evidence': pooled} if len(pooled) else {}  # a shared edit's pooled evidence, by task type
-    self._show(run, {'decisions': mine, **shared, **rep}, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
+    "Show the step report of `gate_id` (`shown_step_report`) and save its figures under the run."
+    rep = self.shown_step_report(run.rid, gate_id, state.decisions, run.report_settings())
+    self._show(run, rep, f'{run.run_id} · step {gate_id}', f'step_{gate_id}_')
 
 @patch
 def gated_steps(self:Runner, rid:str) -> list[str]:
@@ -397,12 +394,14 @@ def provenance(self:Runner, structural:dict # a run's frozen structural parts: i
                 config=structural, world_sha256=self.world_sha256(), test_looks=len(looks), test_look_runs=looks)
 
 # %% ../../nbs/train/11_runner.ipynb #fe96dd92
-def _finished_run(runner, run_id:str) -> tuple[Path, dict, TrainState]:
+def finished_run(runner, run_id:str # a training run of `runner`'s workspace
+                ) -> tuple[Path, dict, TrainState]:
     "The folder, metrics and final state of a finished training run, or a `ConfigError` saying what is missing."
     d = runner.workspace/'runs'/check_run_id(run_id)
     if not (d/'metrics.json').exists():
         raise ConfigError(where(f'run {run_id!r} has not finished (no metrics.json)',
-                                'Finish it with runner.train(run_id) first', folder=d))
+                                f'Finish it first: runner.train({run_id!r}), or treetrm train --run-id {run_id} '
+                                '(the same run id resumes it)', folder=d))
     return d, read_json(d/'metrics.json'), load_checkpoint(d/'checkpoint.json')
 
 def _write_folder(out:Path, files:dict[str, bytes], overwrite:bool) -> Path:
@@ -417,11 +416,11 @@ def _write_folder(out:Path, files:dict[str, bytes], overwrite:bool) -> Path:
     return out
 
 @patch
-def run_reports(self:Runner, result) -> Iterator[tuple[str, dict]]:
-    "(file-name prefix, report) of every gated step, every epoch and the end of a finished run, made from the log."
+def run_reports(self:Runner, result, steps:bool=True) -> Iterator[tuple[str, dict]]:
+    "(file-name prefix, report) of every gated step (`steps`), every epoch and the end of a finished run, from the log."
     m, rid = result.metrics, result.internal_run_id
     if settings := m.get('report_settings'):  # absent from runs trained before reports could be made again
-        for g in self.gated_steps(rid): yield f'step_{g}_', self.step_report(rid, g, settings)
+        for g in self.gated_steps(rid) if steps else []: yield f'step_{g}_', self.step_report(rid, g, settings)
         for k, e in enumerate(m['epochs']):
             so_far = m['epochs'][:k + 1]
             yield f'epoch{e["epoch"]}_', self.epoch_report(rid, so_far, m['start_version'], settings['tau'])
@@ -468,7 +467,7 @@ def export(self:Runner, run_id:str, # a finished training run
            overwrite:bool=False # replace an existing non-empty folder
           ) -> Path:
     "One folder with a run's delivered skills and diff, metrics, figures, tables, decision log, config and provenance."
-    d, m, s = _finished_run(self, run_id)
+    d, m, s = finished_run(self, run_id)
     files = self._artifact_files(run_id, d, m, s)
     manifest = dict(run_id=run_id, internal_run_id=m['internal_run_id'], seed_version=self.resolve_version('seed'),
                     delivered_version=m['delivered_version'],
@@ -483,7 +482,7 @@ def promote_seed(self:Runner, version:str, # a version, or 'best', 'current', 's
     "A new seed set from a skills version: its skill files and a hidden `.provenance.json`."
     v = self.resolve_version(version)
     files = {n: t.encode() for n, t in self.skills.read_files(v).items()}
-    test = _finished_run(self, run)[1]['test'] if run else None
+    test = finished_run(self, run)[1]['test'] if run else None
     prov = dict(workspace=str(self.workspace.resolve()), version=v, run=run, test=test,
                 files={n: sha256_bytes(b) for n, b in sorted(files.items())})
     return _write_folder(Path(out), files | {'.provenance.json': _json_bytes(prov)}, overwrite)
