@@ -30,6 +30,8 @@ lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 dev_requirements = (cfg.get('dev_requirements') or '').split()
 ray_requirements = (cfg.get('ray_requirements') or '').split()  # grids and sweeps on Ray: pip install 'treetrm[ray]'
 tokenizer_requirements = (cfg.get('tokenizer_requirements') or '').split()  # _TOKENIZER: 'treetrm[tokenizer]'
+# the docs site (python docs/build.py) and its browser test: 'treetrm[docs]', part of the dev extra
+docs_requirements = (cfg.get('docs_requirements') or '').split()
 
 package_data = dict()
 pkg_data = cfg.get('package_data', None)
@@ -56,7 +58,8 @@ setuptools.setup(
     package_dir = assets,
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements, 'ray': ray_requirements, 'tokenizer': tokenizer_requirements },
+    extras_require={ 'dev': dev_requirements + docs_requirements, 'ray': ray_requirements,
+                     'tokenizer': tokenizer_requirements, 'docs': docs_requirements },
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),

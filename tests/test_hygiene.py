@@ -15,7 +15,7 @@ def is_stage(p):
     return p.name in STAGE or p.parent.name in ('bench', 'examples') and not p.name[0].isdigit()
 
 def test_library_notebooks_export_a_module():
-    libs = [p for p in all_notebooks() if not is_stage(p) and p.name != 'index.ipynb']
+    libs = [p for p in all_notebooks() if not is_stage(p)]
     assert libs, 'no library notebooks found'
     for p in libs:
         first = ''.join(cells(p)[0]['source'])
@@ -58,7 +58,7 @@ UNITS = ('core', 'data', 'trees', 'log_schema', 'log', 'executors', 'figures', '
 SIM_SIDE = ('sim', 'bench')  # the simulator itself and the benchmarks may import it
 
 def library_notebooks():
-    return [p for p in all_notebooks() if not is_stage(p) and p.name != 'index.ipynb']
+    return [p for p in all_notebooks() if not is_stage(p)]
 
 def module_order():
     "module name ('gate.evalues') -> (its layer, its notebook's path below nbs), for every library notebook"
