@@ -62,3 +62,14 @@ def serial_sweep(tmp_path_factory):
     from test_sweep import RUNS, CONFIG
     work = tmp_path_factory.mktemp('serial_sweep')
     return asyncio.run(sweep(RUNS, work, config=CONFIG, verbose=False)), work
+
+
+@pytest.fixture(scope='session')
+def docs_build():
+    "docs/build.py, the docs site's build script, as a module (it is a script, not part of the package)."
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location('docs_build', Path(__file__).resolve().parents[1]/'docs'/'build.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

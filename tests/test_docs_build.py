@@ -2,19 +2,11 @@
 `#| eval: false` and the skip flags of settings.ini are not run, `skip_exec` front matter runs nothing — and writes
 the page a reader sees: outputs kept, nbdev's hidden and export-only cells left out, directive lines cut, the title cell
 whole."""
-import importlib.util, json, subprocess, sys
+import json, subprocess, sys
 from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-
-@pytest.fixture(scope='module')
-def build():
-    "docs/build.py as a module."
-    spec = importlib.util.spec_from_file_location('docs_build', ROOT/'docs'/'build.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 RUN_ONE = """import importlib.util, json, sys
 from pathlib import Path
@@ -68,7 +60,7 @@ def test_skip_exec_front_matter_runs_nothing(tmp_path):
                   ('code', "raise ValueError('a stage notebook runs through papermill, not here')"))
     assert execute(nb, tmp_path/'out'/'stage.ipynb')[0]
 
-def test_the_build_runs_the_notebooks_nbdev_test_runs(build):
+def test_the_build_runs_the_notebooks_nbdev_test_runs(docs_build):
     from nbdev.doclinks import nbglob
-    assert build.library_notebooks() == sorted(p.resolve() for p in nbglob(ROOT/'nbs', as_path=True))
-    assert {p.name for p in build.docs_notebooks()} >= {'regime-map.ipynb', 'noise.ipynb', 'server-fill.ipynb'}
+    assert docs_build.library_notebooks() == sorted(p.resolve() for p in nbglob(ROOT/'nbs', as_path=True))
+    assert {p.name for p in docs_build.docs_notebooks()} >= {'regime-map.ipynb', 'noise.ipynb', 'server-fill.ipynb'}

@@ -6,7 +6,7 @@ file (`docs/build.py`'s check, the one the build runs).
 The site is `_site/` when `.ci/run` built it (`python docs/build.py`); else this module builds one into a temporary
 folder, executing only the notebooks whose pages it opens (the others render without outputs). Screenshots go to
 `$TREETRM_SCREENSHOTS` (default: a temporary folder) to be looked at."""
-import functools, http.server, importlib.util, os, shutil, threading
+import functools, http.server, os, shutil, threading
 from pathlib import Path
 import pytest
 
@@ -25,19 +25,12 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                  reason=f'no Chromium at {CHROMIUM} (.ci/run installs it: apt-get install chromium)')]
 
-def docs_build():
-    "docs/build.py as a module."
-    spec = importlib.util.spec_from_file_location('docs_build', ROOT/'docs'/'build.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 @pytest.fixture(scope='module')
-def site(tmp_path_factory) -> Path:
+def site(tmp_path_factory, docs_build) -> Path:
     "The built site: `_site/` when it is there, else one built here."
     if (ROOT/'_site'/'index.html').is_file(): return ROOT/'_site'
     tmp = tmp_path_factory.mktemp('site')
-    return docs_build().build(tmp/'out', tmp/'work', workers=2, execute_re=EXECUTED)
+    return docs_build.build(tmp/'out', tmp/'work', workers=2, execute_re=EXECUTED)
 
 @pytest.fixture(scope='module')
 def served(site):
@@ -105,15 +98,15 @@ def test_pages_load_with_their_tables_and_figures(name, served, browser, shots):
     assert not seen['errors'], f'{name}: script errors {seen["errors"]}'
     assert not dead_links(browser, seen['links']), f'{name}: dead links {dead_links(browser, seen["links"])}'
 
-def test_every_internal_link_of_the_site_resolves(site):
-    assert not docs_build().broken_links(site)
+def test_every_internal_link_of_the_site_resolves(site, docs_build):
+    assert not docs_build.broken_links(site)
 
-def test_the_link_check_finds_a_dead_link_and_a_missing_anchor(site, tmp_path):
+def test_the_link_check_finds_a_dead_link_and_a_missing_anchor(site, docs_build, tmp_path):
     copy = tmp_path/'site'
     shutil.copytree(site, copy, ignore=shutil.ignore_patterns('api', 'library', '_static', '_images'))
     (copy/'extra.html').write_text('<a href="gone.html">x</a> <a href="index.html#no-such-section">y</a> '
                                    '<img src="benchmarks/figures/none.png"> <a href="https://example.org/x">z</a>')
-    problems = [p for p in docs_build().broken_links(copy) if p.startswith('extra.html')]
+    problems = [p for p in docs_build.broken_links(copy) if p.startswith('extra.html')]
     assert problems == ['extra.html: gone.html (no such file)',
                         'extra.html: index.html#no-such-section (no such anchor)',
                         'extra.html: benchmarks/figures/none.png (no such file)']
