@@ -20,15 +20,16 @@ from ..gate.evalues import GateParams
 from ..gate.simulate import gate_outcome_distribution
 from .settings import TrainConfig, unit_draws
 from .workspace import BASELINE_RUN
+from .edit_prior import REAL_EDIT_SHARE, REAL_EDIT_SHARE_FILE
 from .. import report
 
 # %% auto #0
 __all__ = ['AGENT_PASSES', 'EVOLVER_PASSES', 'FORECAST_MODEL', 'role_usage', 'per_unit', 'scaled_usage', 'forecast_usage',
-           'shown_usage', 'actual_usage', 'measured_usage', 'flip_rates', 'edit_pairs', 'GateOdds', 'gate_odds',
-           'longest_gate', 'defect_shares', 'GateInputs', 'RunOutline', 'TypeOutlook', 'type_accuracy', 'type_outlook',
-           'Walk', 'rollout', 'gate_type', 'walk_step', 'epoch_end_spend', 'first_plan', 'expected_batches',
-           'later_plan', 'training_calls', 'spent_budget', 'within_budget', 'expected_spend', 'at_most_spend',
-           'each_within_budget', 'spend_roles', 'passes', 'forecast_assumptions', 'forecast_of']
+           'shown_usage', 'actual_usage', 'measured_usage', 'flippy_share', 'edit_pairs', 'GateOdds', 'gate_odds',
+           'longest_gate', 'defect_shares', 'GateInputs', 'RunOutline', 'TypeOutlook', 'mixed_odds', 'type_accuracy',
+           'type_outlook', 'Walk', 'rollout', 'gate_type', 'walk_step', 'epoch_end_spend', 'first_plan',
+           'expected_batches', 'later_plan', 'training_calls', 'spent_budget', 'within_budget', 'expected_spend',
+           'at_most_spend', 'each_within_budget', 'spend_roles', 'passes', 'forecast_assumptions', 'forecast_of']
 
 # %% ../../nbs/train/04b_forecast.ipynb #824dfcac
 def role_usage(log:HarnessLog, runs, # a run id or a list of them
@@ -91,13 +92,12 @@ def measured_usage(log:HarnessLog, run_id:str # the run the start skills' answer
     return per_unit(agent, preds.height), per_unit(judge, judge['calls'])
 
 # %% ../../nbs/train/04b_forecast.ipynb #88d7146d
-def flip_rates(accuracy:float, # p: the skills' share of right answers
-               discordance:float # d: share of answers two draws of the same skills disagree on
-              ) -> tuple[float, float]:
-    "(P(wrong again | wrong), P(wrong | right)) on a fresh draw: two exchangeable draws flip d/2 each way."
-    again = 1 - discordance / (2 * (1 - accuracy)) if accuracy < 1 else 0.0
-    turned = discordance / (2 * accuracy) if accuracy > 0 else 1.0
-    return min(1.0, max(0.0, again)), min(1.0, max(0.0, turned))
+def flippy_share(accuracy:float, # p: the skills' share of right answers
+                 discordance:float # d: share of answers two draws of the same skills disagree on
+                ) -> float:
+    "f: the share of questions drawn afresh each time (right with chance p); the rest answer the same on every draw."
+    spread = 2 * accuracy * (1 - accuracy)  # the discordance of independent draws, the most two draws can have
+    return min(1.0, discordance / spread) if spread > 0 else 0.0
 
 # %% ../../nbs/train/04b_forecast.ipynb #09c4c2c0
 def edit_pairs(accuracy:float, # p: the base skills' accuracy on the type
@@ -178,15 +178,34 @@ class RunOutline:
     discordance: dict|None = None # the split's discordance.json
     evidence: str = 'fresh' # the probation evidence in force (`train.run.probation_design`)
     prompts: bool = True # the run has a prompts version (a prompt edit needs one)
+    edit_class: str = 'realistic' # whose edits its edits are like: a key of REAL_EDIT_SHARE (`edit_class`)
 
 @dataclass(frozen=True)
 class TypeOutlook:
-    "What the forecast expects of one task type: its answers on a fresh draw, and its gate's odds."
-    stay_wrong: float # P(a wrong answer is wrong again on a fresh draw)
-    turn_wrong: float # P(a right answer turns wrong)
-    fixes: float = 0.0 # share of its misses a confirmed first edit fixes
-    first: GateOdds|None = None # the gate on its first edit (None: no edit expected)
-    later: GateOdds|None = None # the gate on an edit after its defects are fixed
+    "What the forecast expects of one task type: its answers on fresh draws, and its gate's odds."
+    accuracy: float # p: the start skills' accuracy on the type
+    flippy: float # f: the share of its questions drawn afresh each time (`flippy_share`)
+    fixes: float = 0.0 # share of its misses a real fix removes
+    first: GateOdds|None = None # the gate on its first edit, a real fix with chance `real` (None: no edit expected)
+    later: GateOdds|None = None # the gate on a null edit: an edit that is no real fix, or one after the fix
+    real: float = 1.0 # the chance an edit of the type is a real fix
+    fix: GateOdds|None = None # the gate on a real fix
+
+    @property
+    def stay_wrong(self) -> float:
+        "P(a wrong answer of the start is wrong again on a fresh draw): a fixed one, or a fresh one drawn wrong."
+        return 1 - self.flippy * self.accuracy
+
+    @property
+    def turn_wrong(self) -> float:
+        "P(a right answer of the start turns wrong on a fresh draw)."
+        return self.flippy * (1 - self.accuracy)
+
+def mixed_odds(a:GateOdds, b:GateOdds, share:float) -> GateOdds:
+    "The odds of a gate that sees `a`'s edit with chance `share`, else `b`'s."
+    mix = lambda x, y: share * x + (1 - share) * y
+    return GateOdds(mix(a.confirm, b.confirm), mix(a.provisional, b.provisional),
+                    tuple(mix(x, y) for x, y in zip(a.stop, b.stop)))
 
 def type_accuracy(o:RunOutline, task_type:str) -> float:
     "The start skills' accuracy on the type's diagnosis and validation questions (all of them for the shared skill)."
@@ -195,17 +214,20 @@ def type_accuracy(o:RunOutline, task_type:str) -> float:
 
 def type_outlook(o:RunOutline, task_type:str, # a type of the diagnosis pool or of the gate
                  defects:dict, # task type -> `defect_shares`
-                 fixing:bool=True # False: an edit fixes nothing (the spend if nothing is confirmed)
+                 fixing:bool=True, # False: an edit fixes nothing (the spend if nothing is confirmed)
+                 real:float=1.0 # the chance an edit is a real fix (`REAL_EDIT_SHARE`), else a null edit
                 ) -> TypeOutlook:
-    "A type's outlook: its flip rates and, where the judge diagnosed defects of its skill, its gate's odds."
+    "A type's outlook: how fresh draws answer and, where the judge diagnosed defects of its skill, its gate's odds."
     acc, g = type_accuracy(o, task_type), o.gates.get(task_type)
     pooled = ((o.discordance or {}).get('pooled') or {}).get('discordance')
     noise = g.discordance if g else pooled if pooled is not None else 2 * acc * (1 - acc)
-    if g is None or not defects.get(task_type): return TypeOutlook(*flip_rates(acc, noise))
+    if g is None or not defects.get(task_type): return TypeOutlook(acc, flippy_share(acc, noise))
     fixes, rule = defects[task_type] if fixing else 0.0, o.config.acceptance
     odds = lambda share: gate_odds(g.ladder, edit_pairs(acc, noise, share), g.params,
                                    rule if isinstance(rule, str) else 'custom')
-    return TypeOutlook(*flip_rates(acc, noise), fixes, odds(fixes), odds(0.0))
+    fix, null = odds(fixes), odds(0.0)
+    real = real if fixing else 0.0
+    return TypeOutlook(acc, flippy_share(acc, noise), fixes, mixed_odds(fix, null, real), null, real, fix)
 
 # %% ../../nbs/train/04b_forecast.ipynb #ff97c9f7
 @dataclass
@@ -218,13 +240,15 @@ class Walk:
     gates: Counter = field(default_factory=Counter) # expected gates per type
     stop_mass: dict = field(default_factory=dict) # type -> sum of its gates' stop distributions
     wrong: Counter = field(default_factory=Counter) # this epoch's wrong rollout answers by type: the next epoch's
+    flippy: Counter = field(default_factory=Counter) # how many of them are drawn afresh each time
     spend: Counter = field(default_factory=Counter) # expected questions and calls by pass
 
-    def miss_rates(self, task_type:str) -> tuple[float, float]:
+    def miss_rates(self, task_type:str, flippy:float|None=None # share of the wrong answers drawn afresh (None: f)
+                  ) -> tuple[float, float]:
         "(P(wrong again), P(turn wrong)) of a type now: its fixed defects no longer miss."
         o = self.outlooks[task_type]
-        left = 1 - o.fixes * self.fixed[task_type]
-        return o.stay_wrong * left, o.turn_wrong * left
+        left, share = 1 - o.fixes * self.fixed[task_type], o.flippy if flippy is None else flippy
+        return (1 - share * o.accuracy) * left, o.turn_wrong * left
 
     def cooling(self, task_type:str) -> float:
         "Chance the type sits out this step after a rejection."
@@ -236,17 +260,22 @@ class Walk:
         return longest_gate(self.stop_mass[task_type] / n, n) if n else 0.0
 
 def rollout(w:Walk, wrong:Mapping, right:Mapping, # per type: the batch's answers now wrong, and right
-            weight:float=1.0 # the chance the step happens
+            weight:float=1.0, # the chance the step happens
+            flippy:Mapping|None=None # per type: how many of the wrong answers are drawn afresh (None: a share f)
            ) -> dict[str, float]:
     "Roll out a batch: its expected misses (each diagnosed); per type (and the shared skill) the chance of a miss."
     w.spend['rollout'] += weight * (sum(wrong.values()) + sum(right.values()))
     clean = {}
     for t in set(wrong) | set(right):
-        again, turned = w.miss_rates(t)
-        misses = weight * (wrong.get(t, 0) * again + right.get(t, 0) * turned)
+        o, n, m = w.outlooks[t], wrong.get(t, 0), right.get(t, 0)
+        share = flippy.get(t, 0) / n if flippy is not None and n else None
+        again, turned = w.miss_rates(t, share)
+        misses = weight * (n * again + m * turned)
+        fresh = n * (o.flippy if share is None else share) * (1 - o.accuracy) + m * o.turn_wrong  # drawn wrong afresh
         w.wrong[t] += misses
+        w.flippy[t] += weight * fresh * (1 - o.fixes * w.fixed[t])
         w.spend['judge'] += misses
-        clean[t] = (1 - again) ** wrong.get(t, 0) * (1 - turned) ** right.get(t, 0)
+        clean[t] = (1 - again) ** n * (1 - turned) ** m
     return {t: 1 - c for t, c in clean.items()} | {SHARED_TASK: 1 - math.prod(clean.values())}
 
 # %% ../../nbs/train/04b_forecast.ipynb #64920a87
@@ -264,15 +293,18 @@ def gate_type(w:Walk, task_type:str, proposed:float, # the chance the type's edi
     w.gates[task_type] += proposed
     w.spend['candidate'] += proposed * float(np.arange(len(stop)) @ stop) * paid
     w.spend['base'] += (w.base_depth(task_type) - before) * paid
-    w.fixed[task_type] = fixed + (1 - fixed) * proposed * (o.first.confirm + (0.0 if shared else o.first.provisional))
+    real = o.real * (o.fix.confirm + (0.0 if shared else o.fix.provisional))  # a real fix, accepted
+    w.fixed[task_type] = fixed + (1 - fixed) * proposed * real
     w.trial[task_type] += (1 - w.trial[task_type]) * proposed * provisional
     return proposed * (1 - accepted)
 
-def walk_step(w:Walk, o:RunOutline, wrong:Mapping, right:Mapping, weight:float, draws:int):
+def walk_step(w:Walk, o:RunOutline, wrong:Mapping, right:Mapping, weight:float, draws:int,
+              flippy:Mapping|None=None # per type: how many of the wrong answers are drawn afresh (None: a share f)
+             ):
     "One step, taken with chance `weight`: rollout, one proposal per eligible gated type, the gate on each edit."
     edited = [t for t in o.gates if w.outlooks[t].first is not None]
     if o.gates: weight *= 1 - math.prod(w.trial[t] for t in o.gates)  # every type on probation: the epoch ends
-    missed, rejected = rollout(w, wrong, right, weight), Counter()
+    missed, rejected = rollout(w, wrong, right, weight, flippy), Counter()
     for t in sorted(o.gates):
         proposed = weight * missed.get(t, 0.0) * (1 - w.cooling(t)) * (1 - w.trial[t])
         w.spend['proposals'] += proposed
@@ -295,11 +327,11 @@ def epoch_end_spend(w:Walk, o:RunOutline, stepped:float # the chance the epoch h
     w.trial.clear()  # settled: confirmed, reverted (a kept probation is not followed)
 
 # %% ../../nbs/train/04b_forecast.ipynb #85af4d84
-def first_plan(o:RunOutline) -> list[tuple[Counter, Counter, float]]:
-    "Epoch 1's steps as (wrong answers by type, right answers by type, 1): its batch plan is known."
+def first_plan(o:RunOutline) -> list[tuple[Counter, Counter, float, None]]:
+    "Epoch 1's steps as (wrong answers by type, right answers by type, 1, None): its batch plan is known."
     kind = {q.question_id: q.task_type for q in o.diagnosis}
     split = lambda batch, ok: Counter(kind[q] for q in batch if bool(o.correctness[q]) == ok)
-    return [(split(b, False), split(b, True), 1.0) for b in o.batches]
+    return [(split(b, False), split(b, True), 1.0, None) for b in o.batches]
 
 def expected_batches(wrong:float, # expected wrong answers to batch
                      batch_size:int) -> float:
@@ -308,15 +340,17 @@ def expected_batches(wrong:float, # expected wrong answers to batch
     return float(sum(stats.poisson.sf(k * batch_size, wrong) for k in range(top)))
 
 def later_plan(wrong:Counter, right:Counter, # per type: the diagnosis pool's answers now wrong, and right
-               config:TrainConfig) -> list[tuple[Counter, Counter, float]]:
-    "A later epoch's expected steps as (wrong by type, right by type, the chance the step happens)."
+               config:TrainConfig, flippy:Counter|None=None # per type: how many wrong ones are drawn afresh
+              ) -> list[tuple[Counter, Counter, float, Counter|None]]:
+    "A later epoch's expected steps as (wrong by type, right by type, the chance the step happens, flippy by type)."
     n, b = sum(wrong.values()), config.batch
     steps = expected_batches(n, b.batch_size)
     if steps < 1e-9: return []
     k, size = max(1, math.ceil(n / b.batch_size)), n / steps
     mixed = min(sum(right.values()) / steps, round(size * b.correct_ratio / (1 - b.correct_ratio)))
     batch = Counter({t: v / steps for t, v in wrong.items()}), Counter({t: mixed * v / n for t, v in wrong.items()})
-    return [(*batch, steps / k)] * k
+    fresh = None if flippy is None else Counter({t: v / steps for t, v in flippy.items()})
+    return [(*batch, steps / k, fresh)] * k
 
 # %% ../../nbs/train/04b_forecast.ipynb #916d89f1
 AGENT_PASSES = ('rollout', 'candidate', 'base', 'validation', 'anchor') # what the agent answers in training
@@ -347,11 +381,11 @@ def expected_spend(o:RunOutline, outlooks:dict, # task type -> TypeOutlook
     "The run's expected questions and calls by pass: the loop walked epoch by epoch in expectation."
     w, cfg, sizes = Walk(outlooks), o.config, Counter(q.task_type for q in o.diagnosis)
     for epoch in range(1, cfg.epochs + 1):
-        plan = first_plan(o) if epoch == 1 else later_plan(w.wrong, sizes - w.wrong, cfg)
-        w.wrong, stepped = Counter(), 0.0
-        for wrong, right, weight in plan:
+        plan = first_plan(o) if epoch == 1 else later_plan(w.wrong, sizes - w.wrong, cfg, w.flippy)
+        w.wrong, w.flippy, stepped = Counter(), Counter(), 0.0
+        for wrong, right, weight, flippy in plan:
             if spent_budget(w.spend, cfg, agent_calls): break
-            walk_step(w, o, wrong, right, weight, unit_draws(cfg, o.discordance))
+            walk_step(w, o, wrong, right, weight, unit_draws(cfg, o.discordance), flippy)
             stepped += weight
         w.spend['epochs_with_steps'] += min(1.0, stepped)
         epoch_end_spend(w, o, min(1.0, stepped))
@@ -404,15 +438,18 @@ def passes(spend:Counter, test:int) -> dict:
 
 # %% ../../nbs/train/04b_forecast.ipynb #981c00c8
 FORECAST_MODEL = dict(  # what the walk assumes, said in the forecast's assumptions
-    redraws="a fresh draw of the start skills turns d/2 of the answers each way: a wrong one is wrong again with "
-            "chance 1 - d/(2(1-p)), a right one turns wrong with chance d/(2p) (p: the type's accuracy, d: its "
-            "discordance)",
-    edits="an edit is proposed only for a skill the split's judge blamed for a miss (T2, that skill the target); a "
-          "confirmed edit fixes those misses (`fixes`), a later edit of the type nothing; if_nothing_confirmed: every "
-          "edit is a null edit, for its gate and for the answers after it",
-    gates="the exact gate distribution (gate.simulate) on the type's first ladder: `units` expected and `confirm` its "
-          "chance on an edit fixing `fixes` (`_if_null`: on a null edit); a base arm pays the deepest ladder prefix "
-          "its gates reach",
+    redraws="a share f = d/(2p(1-p)) of a type's questions is drawn afresh each time (right with chance p), the rest "
+            "answer the same on every draw (p: the type's accuracy, d: its discordance): a wrong answer is wrong "
+            "again with chance 1 - d/(2(1-p)) on the first redraw, and the wrong answers left after an epoch are "
+            "more and more the ones that never turn",
+    edits="an edit is proposed only for a skill the split's judge blamed for a miss (T2, that skill the target); it "
+          "is a real fix with chance real_share (REAL_EDIT_SHARE of the run's edit_class, estimated on tuning "
+          "worlds' planted truth), which fixes those misses (`fixes`), else a null edit; a later edit of a fixed "
+          "type is a null edit; if_nothing_confirmed: every edit is a null edit, for its gate and for the answers "
+          "after it",
+    gates="the exact gate distribution (gate.simulate) on the type's first ladder: `units` expected, `confirm` its "
+          "chance on a real fix (`_if_null`: on a null edit); a base arm pays the deepest ladder prefix its gates "
+          "reach",
     batches="epoch 1's batch plan; a later epoch batches the wrong answers left, E[ceil(N/batch_size)] steps",
     validation="R only where a probation reads it (validation_pass consumed) or the whole pool (fresh), each epoch",
     not_modelled="patience, the harm bar's per-edit alpha, gate answers running when a gate decides "
@@ -421,13 +458,16 @@ FORECAST_MODEL = dict(  # what the walk assumes, said in the forecast's assumpti
 def forecast_assumptions(o:RunOutline, outlooks:dict, null:dict, # task type -> TypeOutlook: fixing, null edits
                          spend:Counter, measured:dict) -> dict:
     "What the forecast assumed, with the numbers it read: per gated type its discordance and its gate's odds."
-    gate = lambda x, y: dict(fixes=round(x.fixes, 3), units=round(x.first.units, 1), confirm=round(x.first.confirm, 3),
-                             provisional=round(x.first.provisional, 3), stay_wrong=round(x.stay_wrong, 3),
-                             turn_wrong=round(x.turn_wrong, 3), units_if_null=round(y.first.units, 1),
-                             confirm_if_null=round(y.first.confirm, 3))
+    gate = lambda x, y: dict(fixes=round(x.fixes, 3), units=round(x.first.units, 1), confirm=round(x.fix.confirm, 3),
+                             provisional=round(x.fix.provisional, 3), confirm_expected=round(x.first.confirm, 3),
+                             stay_wrong=round(x.stay_wrong, 3), turn_wrong=round(x.turn_wrong, 3),
+                             flippy=round(x.flippy, 3), units_if_null=round(y.first.units, 1),
+                             confirm_if_null=round(y.first.confirm, 3),
+                             provisional_if_null=round(y.first.provisional, 3))
     gates = {t: dict(discordance=round(o.gates[t].discordance, 4), source=o.gates[t].source) | gate(x, null[t])
              for t, x in sorted(outlooks.items()) if x.first is not None}
-    return dict(epochs=o.config.epochs, passes=passes(spend, len(o.test)), gates=gates,
+    return dict(epochs=o.config.epochs, passes=passes(spend, len(o.test)), gates=gates, edit_class=o.edit_class,
+                real_share=REAL_EDIT_SHARE[o.edit_class], real_share_from=REAL_EDIT_SHARE_FILE,
                 no_edit_expected=sorted(t for t in o.gates if outlooks[t].first is None), **measured,
                 model=dict(FORECAST_MODEL))
 
@@ -436,19 +476,21 @@ def forecast_of(log:HarnessLog, o:RunOutline, measured_run:str, # the run the st
                 prices:dict|None=None, # role -> (input, output) USD per million tokens
                 spent:dict|None=None # role -> usage the run spent before the forecast (`role_usage`)
                ) -> dict:
-    "Expected calls, tokens and cost per role with the assumptions; the same if nothing is confirmed, and at most."
+    "Expected calls, tokens and cost per role, with the assumptions; the same if every edit fixes, if none; at most."
     usage = measured_usage(log, measured_run)
     calls = usage[0].get('calls', 0.0)
     types = {q.question_id: q.task_type for q in o.diagnosis + o.validation + o.test}
     defects = defect_shares(log.frame('diagnosis_signals', run_id=BASELINE_RUN), types)  # the split's
-    looks = lambda fixing: {t: type_outlook(o, t, defects, fixing)
-                            for t in sorted({q.task_type for q in o.diagnosis} | set(o.gates))}
-    outlooks, null = looks(True), looks(False)
+    looks = lambda fixing, real: {t: type_outlook(o, t, defects, fixing, real)
+                                  for t in sorted({q.task_type for q in o.diagnosis} | set(o.gates))}
+    outlooks, null = looks(True, REAL_EDIT_SHARE[o.edit_class]), looks(False, 0.0)
     spend, flat = expected_spend(o, outlooks, calls), expected_spend(o, null, calls)
+    best = expected_spend(o, looks(True, 1.0), calls)
     bound = at_most_spend(o)
     roles = lambda s: spend_roles(s, len(o.test), usage, prices, spent)
     measured = dict(measured_on=measured_run, agent_calls_per_question=round(calls, 3))
     return {'assumptions': forecast_assumptions(o, outlooks, null, spend, measured), 'roles': roles(spend),
+            'if_every_edit_fixes': {'roles': roles(best), 'passes': passes(best, len(o.test))},
             'if_nothing_confirmed': {'roles': roles(flat), 'passes': passes(flat, len(o.test))},
             'at_most': {'roles': roles(each_within_budget(bound, o.config, calls)),
                         'passes': passes(bound, len(o.test)),  # before the hard budget, as training_calls

@@ -33,6 +33,7 @@ from .checkpoint import TrainState, structural_parts, rng_to_json, rng_from_json
 from .workspace import Workspace, BASELINE_RUN, AgentSetup
 from .acceptance import ACCEPTANCE, AcceptanceRule
 from .forecast import GateInputs, RunOutline, forecast_of, role_usage
+from .edit_prior import edit_class
 from .forecast import actual_usage, forecast_usage, scaled_usage, shown_usage  # still importable here
 
 # %% auto #0
@@ -429,7 +430,7 @@ def run_outline(ws:Workspace, run:TrainRun, state:TrainState) -> RunOutline:
                           type_gate_params(run.config, ladder, run.evidence_cap(task_type)), noise, source)
     gates = {t: gate(t, l) for t, l in sorted(ladders.items())}
     return RunOutline(run.config, run.diag, run.val, run.test, state.batches, state.correctness, gates, doc,
-                      run.evidence, bool(state.prompts_version))
+                      run.evidence, bool(state.prompts_version), edit_class(ws.backend, ws.data_dir))
 
 def forecast(ws:Workspace, run:TrainRun, state:TrainState, measured_run:str=BASELINE_RUN) -> dict:
     "Forecast calls, tokens and cost per role of the configured run, with its assumptions (`train.forecast`)."

@@ -44,7 +44,7 @@ class Runner(Workspace):
 # %% ../../nbs/train/11_runner.ipynb #8be4d22f
 @patch
 def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFrame:
-    "Forecast calls, tokens, cost per role (and calls if nothing is confirmed, at most) beside the actual ones."
+    "Forecast calls, tokens, cost per role (and calls in its other cases, `FORECAST_CASES`) beside the actual ones."
     actual = actual_usage(role_usage(self.log, self.run_ids(rid)), forecast) if rid else {}
     used = lambda role, f: shown_usage({k: actual.get(role, {}).get(k, 0) for k in f})
     timing = {'agent': self.speculative_calls(rid)} if rid else {}
@@ -55,7 +55,7 @@ def forecast_table(self:Runner, forecast:dict, rid:str|None=None) -> pl.DataFram
             for role, f in forecast['roles'].items()]
     return pl.DataFrame(rows)
 
-FORECAST_CASES = ('if_nothing_confirmed', 'at_most')  # the forecast's other cases, beside the expected one
+FORECAST_CASES = ('if_every_edit_fixes', 'if_nothing_confirmed', 'at_most')  # the other cases, beside the expected one
 
 @patch
 def unpriced_roles(self:Runner) -> set[str]:
@@ -265,7 +265,7 @@ async def train(self:Runner, run_id:str='v1', # the training run; the same id re
         report.show_report({'forecast': self.forecast_table(state.forecast),
                             'gated_types': gating_frame(sizes, cfg.min_ladder_units),
                             'power': power_table_of(power)},
-                           f'{run_id} · forecast for {cfg.epochs} epochs (expected; if nothing is confirmed; at most)')
+                           f'{run_id} · forecast for {cfg.epochs} epochs (expected; every edit fixes; none; at most)')
     for line in power_warnings(power): print(f'WARNING: {line}')
     state = await train_to_end(self, run, state, self._report_unit if run.show else None)
     self.log.finish_run(run.rid)
