@@ -233,3 +233,19 @@ def test_settings_are_resolved_in_one_module():
     bad = [f'{p.relative_to(PKG)}:{i}' for p in others
            for i, line in enumerate(p.read_text().splitlines(), 1) if made.search(line.split('#')[0])]
     assert not bad, 'resolve settings with treetrm.train.settings (train_config, load_config):\n' + '\n'.join(bad)
+
+FENCE = re.compile(r'<!-- [\w-]+:(?:begin|end) -->')  # the fences of a generated block: '<!-- regime-map:begin -->'
+
+def page_texts() -> str:
+    "README.md and every docs page (markdown and notebooks), where a generated block could live."
+    docs = ROOT/'docs'
+    markdown = [p.read_text(encoding='utf-8') for p in [ROOT/'README.md', *sorted(docs.rglob('*.md'))]]
+    return '\n'.join(markdown + [notebook_text(p) for p in sorted(docs.rglob('*.ipynb'))])
+
+def test_no_module_keeps_the_fences_of_a_block_no_page_holds():
+    ("A block's fences in the library are for a page that holds that block; the README's generated blocks went to the "
+     "docs' benchmark pages (made from the committed JSON by the `*_markdown` functions), and their fences with them.")
+    pages = page_texts()
+    stale = sorted({f'{p.relative_to(PKG)}: {f}' for p in library_files() for f in FENCE.findall(p.read_text())
+                    if f not in pages})
+    assert not stale, 'fences of a block no page holds (remove them and the code that reads them):\n' + '\n'.join(stale)

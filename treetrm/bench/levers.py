@@ -7,16 +7,14 @@ from __future__ import annotations
 import math
 from .loop_bench import FALSE_CONFIRM
 from .loop_report import mean_ci
-from .regime_map import percent, map_bar, readme_block, slice_cells, seed_gains, delivery_counts
+from .regime_map import percent, map_bar, slice_cells, seed_gains, delivery_counts
 from .rules import rule_style
 
 # %% auto #0
-__all__ = ['LEVERS_REGISTRATION', 'LEVERS_BEGIN', 'LEVERS_END', 'paired', 'false_confirms', 'lever_bar', 'levers_markdown',
-           'readme_levers_block']
+__all__ = ['LEVERS_REGISTRATION', 'paired', 'false_confirms', 'lever_bar', 'levers_markdown']
 
 # %% ../../nbs/bench/06_levers.ipynb #d7872142
 LEVERS_REGISTRATION = 'nbs/bench/preregistration-levers.json'  # relative to the checkout's root
-LEVERS_BEGIN, LEVERS_END = '<!-- levers:begin -->', '<!-- levers:end -->'  # the README block's fences
 
 def paired(cells:list[dict], rule:str, other:str) -> dict:
     "gain(rule) - gain(other): mean and 95% t interval over world seeds, each pooled over the slice's mixtures."
@@ -59,7 +57,7 @@ def _rate(fc:dict) -> str:
 def levers_markdown(m:dict, # a map run with the levers registration
                     bar:dict # the registration's `bar`
                    ) -> str:
-    "The README block: per slice the bar (greedy, today's gate, harm, false confirms), then each lever off."
+    "The benchmark page's tables: per slice the bar (greedy, today's gate, harm, false confirms), then each lever off."
     rows = lever_bar(m, bar)
     head = ('| regime | runs | default | greedy val. | paired [95%] | meets | gate before (today) | ratio | meets | '
             'worst cell worse by > 0.5 | false confirms per edit (α = {a}) |').format(a=bar['alpha'])
@@ -79,7 +77,3 @@ def levers_markdown(m:dict, # a map run with the levers registration
             lines.append(f"| {b['regime']} | {rule_style(r)['label']} | {v['what']} | {v['gain']:+.2f} | "
                          f"{p['mean']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}] | {_rate(v['false_confirm'])} |")
     return '\n'.join(lines)
-
-def readme_levers_block(text:str) -> str:
-    "The text between the README's levers fences (`regime_map.readme_block`)."
-    return readme_block(text, LEVERS_BEGIN, LEVERS_END)

@@ -20,9 +20,9 @@ from ..sim.generator import mentions
 from ..sim.sim_agent import message_text, read_conversation, sim_answer
 
 # %% auto #0
-__all__ = ['LONG_TREES_BEGIN', 'LONG_TREES_END', 'long_video_tree', 'tree_shape', 'largest_view', 'next_page_args',
-           'tool_outputs', 'page_reader_action', 'PageReader', 'question_row', 'policy_summary', 'measure_long_tree',
-           'long_tree_tokens', 'write_long_trees', 'long_trees_markdown']
+__all__ = ['long_video_tree', 'tree_shape', 'largest_view', 'next_page_args', 'tool_outputs', 'page_reader_action', 'PageReader',
+           'question_row', 'policy_summary', 'measure_long_tree', 'long_tree_tokens', 'write_long_trees',
+           'long_trees_markdown']
 
 # %% ../../nbs/bench/09_long_trees.ipynb #4286e519
 async def long_video_tree(workdir:str|Path, # folder for the video and its tree
@@ -149,8 +149,6 @@ def write_long_trees(summary:dict, out:str|Path) -> Path:
     return atomic_write_json(from_root(out), summary)
 
 # %% ../../nbs/bench/09_long_trees.ipynb #23bf0b01
-LONG_TREES_BEGIN, LONG_TREES_END = '<!-- long-trees:begin -->', '<!-- long-trees:end -->'
-
 def _reader(pages) -> str:
     "What a reader of `pages` pages reads of the event's keyframes list."
     if pages == 'all': return "every page of the event's keyframes"
@@ -158,7 +156,7 @@ def _reader(pages) -> str:
 
 def long_trees_markdown(s:dict # `long_tree_tokens`
                        ) -> str:
-    "The measurement as README markdown: the tree, its longest page against the unpaged list, tokens a question."
+    "The benchmark page's markdown: the tree, its longest page against the unpaged list, tokens a question."
     t, paged, flat = s['tree'], s['largest_view'], s['largest_view_unpaged']
     head = (f"The tree of a {t['duration_s'] / 60:g}-minute video built with the default bounds: {t['scenes']} scenes, "
             f"{t['events']} events, {t['keyframes']:,} keyframes, up to {t['most_children']} children a node. With "

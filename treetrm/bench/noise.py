@@ -24,12 +24,12 @@ from .. import figures
 
 # %% auto #0
 __all__ = ['NULL_SENTENCE', 'REAL_SENTENCE', 'EDITS', 'ONE_CALL_SYSTEM', 'AGENTS', 'DRAW_KEYS', 'INTERVAL_RATES', 'COMPARED',
-           'NOISE_BEGIN', 'NOISE_END', 'RATE_LABELS', 'PER_EDIT', 'WORLD_MEASURES', 'MOVE_QUESTIONS', 'PLOTTED',
-           'EDIT_HATCH', 'edited_skills', 'keyframe_notes', 'one_call_messages', 'answer_format', 'one_call_answer',
-           'tool_answer', 'Draw', 'noise_design', 'draw_seed', 'read_draws', 'measure_noise', 'draws_frame',
-           'pair_rates', 'noise_table', 'top_letter', 'compare_noise', 'noise_compare_markdown', 'compared_frame',
-           'noise_moves', 'seconds_per_draw', 'noise_speed_markdown', 'plot_noise', 'noise_provider', 'noise_inputs',
-           'noise_summary', 'write_noise', 'wall_seconds']
+           'RATE_LABELS', 'PER_EDIT', 'WORLD_MEASURES', 'MOVE_QUESTIONS', 'PLOTTED', 'EDIT_HATCH', 'edited_skills',
+           'keyframe_notes', 'one_call_messages', 'answer_format', 'one_call_answer', 'tool_answer', 'Draw',
+           'noise_design', 'draw_seed', 'read_draws', 'measure_noise', 'draws_frame', 'pair_rates', 'noise_table',
+           'top_letter', 'compare_noise', 'noise_compare_markdown', 'compared_frame', 'noise_moves', 'seconds_per_draw',
+           'noise_speed_markdown', 'plot_noise', 'noise_provider', 'noise_inputs', 'noise_summary', 'write_noise',
+           'wall_seconds']
 
 # %% ../../nbs/bench/03_noise.ipynb #6a4982cb
 NULL_SENTENCE = 'These notes were written in English by several annotators.'
@@ -305,7 +305,6 @@ def compare_noise(a:pl.DataFrame, # draws of model a (`measure_noise`, or `draws
 
 
 # %% ../../nbs/bench/03_noise.ipynb #e2eff899
-NOISE_BEGIN, NOISE_END = '<!-- noise-compare:begin -->', '<!-- noise-compare:end -->'  # the README's generated block
 RATE_LABELS = {'acc_base': 'right, base text', 'top_letter': 'most common letter', 'flip_base': 'flip between seeds',
                'disc_shared': 'discordance, shared seed', 'disc_indep': 'discordance, independent seeds',
                'effect': 'edit effect', 'idiosyncrasy': 'idiosyncrasy τ²', 'coupling': 'coupling κ'}

@@ -17,9 +17,9 @@ from ..train.step import STEP_SKIPS
 from ..report import accuracy_by_type
 
 # %% auto #0
-__all__ = ['ONE_LETTER', 'ONE_PLAN', 'ROUTINE', 'REAL_RUN_BEGIN', 'REAL_RUN_END', 'STAGE_KINDS', 'stage_times', 'calls_by_role',
-           'answers_by_run', 'run_decisions', 'test_accuracy', 'final_test', 'agent_turns', 'answer_candidate_split',
-           'repeated_plan', 'run_oddities', 'real_run_summary', 'write_real_run', 'real_run_markdown']
+__all__ = ['ONE_LETTER', 'ONE_PLAN', 'ROUTINE', 'STAGE_KINDS', 'stage_times', 'calls_by_role', 'answers_by_run', 'run_decisions',
+           'test_accuracy', 'final_test', 'agent_turns', 'answer_candidate_split', 'repeated_plan', 'run_oddities',
+           'real_run_summary', 'write_real_run', 'real_run_markdown']
 
 # %% ../../nbs/bench/07_real_run.ipynb #d2019994
 def _seconds(start:str|None, end:str|None) -> float|None:
@@ -171,7 +171,6 @@ def write_real_run(summary:dict, out:str|Path) -> Path:
     return atomic_write_json(from_root(out), summary)
 
 # %% ../../nbs/bench/07_real_run.ipynb #9b6f4bc0
-REAL_RUN_BEGIN, REAL_RUN_END = '<!-- real-run:begin -->', '<!-- real-run:end -->'
 STAGE_KINDS = ('baseline', 'train', 'eval')  # runs of a stage; the other kinds are parts of a training run
 
 def _pct(x) -> str: return '—' if x is None else f'{100 * x:.1f}%'
@@ -185,7 +184,7 @@ def _short(text, n:int=160) -> str:
 
 def real_run_markdown(s:dict # `real_run_summary`
                      ) -> str:
-    "The run as README markdown: stages, calls, the test, the decisions, the oddities and the notes."
+    "The run as the benchmark page's markdown: stages, calls, the test, the decisions, the oddities and the notes."
     t = s['test']
     out = ['| runs of the kind | wall time |', '|---|---|']
     label = lambda k: k if k in STAGE_KINDS else f'train: {k}'

@@ -19,10 +19,9 @@ from .loop_bench import job_rows_file, run_grid
 from .rules import check_rules, rule_style
 
 # %% auto #0
-__all__ = ['PREREGISTRATION', 'SEED_KINDS', 'SIZE_LABELS', 'MAP_BEGIN', 'MAP_END', 'preregistration', 'map_worlds',
-           'map_settings', 'run_map', 'machine', 'finished_seeds', 'map_table', 'slice_cells', 'seed_gains',
-           'delivery_counts', 'delivery_rates', 'map_bar', 'plot_map', 'percent', 'map_findings', 'map_markdown',
-           'readme_block', 'readme_map_block']
+__all__ = ['PREREGISTRATION', 'SEED_KINDS', 'SIZE_LABELS', 'preregistration', 'map_worlds', 'map_settings', 'run_map', 'machine',
+           'finished_seeds', 'map_table', 'slice_cells', 'seed_gains', 'delivery_counts', 'delivery_rates', 'map_bar',
+           'plot_map', 'percent', 'map_findings', 'map_markdown']
 
 # %% ../../nbs/bench/05_regime_map.ipynb #71689348
 PREREGISTRATION = 'nbs/bench/preregistration.json'  # relative to the checkout's root
@@ -65,7 +64,7 @@ def _seeds(reg:dict, kind:str, seeds) -> list[int]:
                                 field='seeds'))
     return seeds
 
-async def run_map(kind:str='tuning', # 'tuning' (defaults may be chosen here) or 'report' (the README's tables)
+async def run_map(kind:str='tuning', # 'tuning' (defaults may be chosen here) or 'report' (the tables and figures)
                   seeds=None, # some of the kind's registered seeds (None: all of them)
                   processes:int=1, # worker processes
                   workdir:str|Path|None=None, # keeps every finished (cell, seed): a rerun resumes
@@ -247,12 +246,10 @@ def map_findings(m:dict, # a regime map
 
 
 # %% ../../nbs/bench/05_regime_map.ipynb #01a6c098
-MAP_BEGIN, MAP_END = '<!-- regime-map:begin -->', '<!-- regime-map:end -->'  # the README block's fences
-
 def map_markdown(m:dict, # a regime map
                  bar:dict # the registration's `bar`
                 ) -> str:
-    "The map's README tables: the registered bar per slice, then every cell's gains per rule."
+    "The map's tables on the benchmark page: the registered bar per slice, then every cell's gains per rule."
     head = ('| regime | shape | runs | default | best practical | paired difference [95%] | meets | '
             'worst cell worse by > 0.5 | meets | large edits delivered: default / best |')
     lines = [head, '|' + '---|' * head.count(' | ') + '---|']
@@ -274,16 +271,3 @@ def map_markdown(m:dict, # a regime map
         lines.append(f"| {regime} | {SIZE_LABELS.get(size, size)} | {mixture} | "
                      + ' | '.join(cell(r) if r in by else '—' for r in rules) + ' |')
     return '\n'.join(lines + [''] + map_findings(m, bar))
-
-def readme_block(text:str, # the README's text
-                 begin:str=MAP_BEGIN, end:str=MAP_END # the block's fences
-                ) -> str:
-    "The text between a README block's fences (a `DataError` when they are missing)."
-    if begin not in text or end not in text:
-        raise DataError(where(f'no {begin} ... {end} block', 'Add the fences around the tables made from the JSON',
-                              file='README.md'))
-    return text.split(begin, 1)[1].split(end, 1)[0].strip()
-
-def readme_map_block(text:str) -> str:
-    "The text between the README's regime-map fences (`readme_block`)."
-    return readme_block(text)

@@ -16,8 +16,8 @@ from ..llm.resilience import endpoint_slots, forget_endpoint
 from ..agent.inference import run_inference
 
 # %% auto #0
-__all__ = ['OLD_DEFAULTS', 'NEW_DEFAULTS', 'FILLED', 'FILL_ARMS', 'FILL_BEGIN', 'FILL_END', 'FillArm', 'arm_env', 'fill_figures',
-           'arm_run', 'fill_plan', 'fill_summary', 'server_fill', 'write_fill', 'fill_markdown']
+__all__ = ['OLD_DEFAULTS', 'NEW_DEFAULTS', 'FILLED', 'FILL_ARMS', 'FillArm', 'arm_env', 'fill_figures', 'arm_run', 'fill_plan',
+           'fill_summary', 'server_fill', 'write_fill', 'fill_markdown']
 
 # %% ../../nbs/bench/08_server_fill.ipynb #8778cbf0
 @dataclass(frozen=True)
@@ -132,12 +132,10 @@ def write_fill(result:dict, out:str|Path, **about) -> Path:
     return path
 
 # %% ../../nbs/bench/08_server_fill.ipynb #56678a57
-FILL_BEGIN, FILL_END = '<!-- server-fill:begin -->', '<!-- server-fill:end -->'  # the README's generated block
-
 def _share(x): return 'not reported' if x is None else f'{100 * x:.1f}%'
 
 def fill_markdown(result:dict) -> str:
-    "The measurement as the README shows it: a table of the arms and what they ran on."
+    "The measurement as the benchmark page shows it: a table of the arms and what they ran on."
     lines = ['| arm | questions/s | × old defaults, per round | cached share | width at the end |',
              '|---|---|---|---|---|']
     for s in result['summary']:
