@@ -8,7 +8,7 @@ import asyncio, math, shutil, time
 from pathlib import Path
 import numpy as np
 from scipy import optimize
-from ..core import atomic_write_json, from_root, read_json
+from ..core import atomic_write_json, from_root, read_json, scratch_folder
 from ..proposers.diagnose import code_version
 from ..sim.world import DEMO_VIDEOS, make_world
 from ..train.runner import Runner
@@ -79,13 +79,12 @@ async def forecast_prior(seeds=TUNING_SEEDS, # tuning world seeds
                          workdir=None, # where the tuning worlds and workspaces go (None: a folder removed after)
                          classes=EDIT_CLASSES) -> dict:
     "Train on every (class, seed), fit each class's share of real fixes: the file `REAL_EDIT_SHARE` is read from."
-    import tempfile
     t0, out = time.perf_counter(), dict(seeds=list(seeds), classes={})
-    with tempfile.TemporaryDirectory(prefix='treetrm-prior-') as scratch:
+    with scratch_folder(workdir, 'treetrm-prior-') as work:
         for c in classes:
             runs = []
             for s in seeds:
-                runs.append(await tuning_run(c, s, workdir or scratch))
+                runs.append(await tuning_run(c, s, work))
                 print(f'{c} seed {s}: {runs[-1]["decisions"]}', flush=True)
             trials = [t for r in runs for t in r['trials']]
             rows = [row for r in runs for row in calls_rows(f"{c} seed {r['seed']}", r['calls'])]
@@ -141,9 +140,7 @@ async def forecast_report(real_workspace, # the workspace of the local-model how
                           workdir=None # where the quick start and the grid cell train (None: removed after)
                          ) -> dict:
     "The forecast against the three runs that report: the quick start, a reduced-grid cell, the small real run."
-    import tempfile
-    with tempfile.TemporaryDirectory(prefix='treetrm-forecast-') as scratch:
-        work = Path(workdir or scratch)
+    with scratch_folder(workdir, 'treetrm-forecast-') as work:
         cell = await tuning_run('realistic', 0, work, run_id='bench-gate')
         runs = {'quick start (demo)': await quick_start_calls(work), 'reduced-grid cell, seed 0': cell['calls'],
                 'small real run (SmolLM2-135M)': workspace_calls(real_workspace)}
